@@ -1,0 +1,922 @@
+"""Lost Cities (2 players), configurable, as C structs with nogil functions.
+
+Rules: ../shared/DESIGN.md section 4 and docs/lost_cities.md.
+
+Cards and kinds. Card ids 0..num_cards-1 run colour by colour; within a colour
+the wagers come first, then the number cards from lowest to highest. Wagers of
+one colour are interchangeable, so the engine works on card *kinds*:
+kind = colour * (ranks + 1) + rank_index, rank_index 0 the wager and 1..ranks
+the number cards (face value lowest_value + rank_index - 1).
+
+Actions (fixed per config; K = num_kinds, C = colours):
+    [0, K)          play a card of kind k onto your expedition
+    [K, 2K)         discard a card of kind k - K onto its colour's pile
+    2K              draw the top card of the deck
+    2K + 1 + c      draw the top card of discard pile c
+A turn is a play/discard followed by a draw; the same player acts twice.
+
+An explicit deal is a permutation of card ids: the first hand_size go to
+player 0, the next hand_size to player 1, the rest form the deck, the first of
+them drawn first.
+
+Every function with `noexcept nogil` touches no Python object and allocates
+nothing; they are what the traverser runs. The Python classes at the bottom
+are for tests, tools and bots.
+"""
+from libc.string cimport memset
+
+from engine._types cimport int8_t, int16_t, uint8_t, uint64_t
+from engine._rng cimport rng_below
+from engine._game cimport (Game, State, GameDef, TERMINAL_PLAYER, DEAL_OK,
+                           DEAL_BAD_LENGTH, DEAL_BAD_CARD, DEAL_DUPLICATE)
+
+cdef extern from *:
+    int __builtin_ctzll(unsigned long long) nogil
+    int __builtin_popcountll(unsigned long long) nogil
+
+COLOUR_LETTERS = "YBWGRP"
+COLOUR_NAMES = ("yellow", "blue", "white", "green", "red", "purple")
+
+
+# ---------------------------------------------------------------------------
+# small helpers
+
+cdef inline void _set_bit(uint64_t* m, int k) noexcept nogil:
+    m[k >> 6] |= (<uint64_t>1) << (k & 63)
+
+cdef inline void _clear_bit(uint64_t* m, int k) noexcept nogil:
+    m[k >> 6] &= ~((<uint64_t>1) << (k & 63))
+
+cdef inline int _action_play(const LCConfig* cfg, int kind) noexcept nogil:
+    return kind
+
+cdef inline void _refresh_playable(const LCConfig* cfg, LCState* s, int p, int c) noexcept nogil:
+    # clear colour c's bits, then set those that fit on the current top
+    cdef int w
+    for w in range(2):
+        s.playable[p][w] = ((s.playable[p][w] & ~cfg.colour_mask[c][w])
+                            | cfg.playable_mask[c][s.top[p][c]][w])
+
+
+cdef int lc_score(const LCConfig* cfg, const LCState* s, int player) noexcept nogil:
+    """Score of `player`'s expeditions as they stand."""
+    cdef int c, total = 0, n
+    for c in range(cfg.colours):
+        n = s.count[player][c]
+        if n == 0:
+            continue
+        total += (s.value_sum[player][c] - cfg.expedition_cost) * (1 + s.wagers_played[player][c])
+        if n >= cfg.bonus_threshold:
+            total += cfg.bonus_amount
+    return total
+
+
+# ---------------------------------------------------------------------------
+# the game interface
+
+cdef void _fill_from_order(const LCConfig* cfg, LCState* s, const int* order) noexcept nogil:
+    cdef int i, k, h = cfg.hand_size
+    memset(s, 0, sizeof(LCState))
+    for i in range(2 * h):
+        k = cfg.card_kind[order[i]]
+        s.hand[i // h][k] += 1
+        _set_bit(s.hand_mask[i // h], k)
+    s.deck_len = <int16_t>cfg.deck_size
+    for i in range(cfg.deck_size):
+        s.deck[cfg.deck_size - 1 - i] = cfg.card_kind[order[2 * h + i]]
+    for i in range(2):
+        for k in range(cfg.colours):
+            _refresh_playable(cfg, s, i, k)
+    s.blocked = -1
+
+
+cdef void _deal_seed(const void* cfgp, void* state, uint64_t* rng) noexcept nogil:
+    cdef const LCConfig* cfg = <const LCConfig*>cfgp
+    cdef int order[LC_MAX_CARDS]
+    cdef int i, j, t
+    for i in range(cfg.num_cards):
+        order[i] = i
+    for i in range(cfg.num_cards - 1, 0, -1):
+        j = rng_below(rng, i + 1)
+        t = order[i]; order[i] = order[j]; order[j] = t
+    _fill_from_order(cfg, <LCState*>state, order)
+
+
+cdef int _deal_order(const void* cfgp, void* state, const int* order, int n) noexcept nogil:
+    cdef const LCConfig* cfg = <const LCConfig*>cfgp
+    cdef uint8_t seen[LC_MAX_CARDS]
+    cdef int i
+    if n != cfg.num_cards:
+        return DEAL_BAD_LENGTH
+    memset(seen, 0, sizeof(seen))
+    for i in range(n):
+        if order[i] < 0 or order[i] >= n:
+            return DEAL_BAD_CARD
+        if seen[order[i]]:
+            return DEAL_DUPLICATE
+        seen[order[i]] = 1
+    _fill_from_order(cfg, <LCState*>state, order)
+    return DEAL_OK
+
+
+cdef int _current_player(const void* cfgp, const void* state) noexcept nogil:
+    cdef const LCState* s = <const LCState*>state
+    if s.terminal:
+        return TERMINAL_PLAYER
+    return s.player
+
+
+cdef int lc_legal_actions(const LCConfig* cfg, const LCState* s, int* out) noexcept nogil:
+    """Sorted legal actions into out; returns how many."""
+    cdef int n = 0, w, c, k
+    cdef uint64_t m
+    if s.terminal:
+        return 0
+    if s.phase == LC_PLAY:
+        for w in range(2):
+            m = s.hand_mask[s.player][w] & s.playable[s.player][w]
+            while m:
+                out[n] = (w << 6) + __builtin_ctzll(m)
+                n += 1
+                m &= m - 1
+        for w in range(2):
+            m = s.hand_mask[s.player][w]
+            while m:
+                out[n] = cfg.num_kinds + (w << 6) + __builtin_ctzll(m)
+                n += 1
+                m &= m - 1
+        return n
+    out[0] = 2 * cfg.num_kinds
+    n = 1
+    for c in range(cfg.colours):
+        if s.pile_len[c] > 0 and c != s.blocked:
+            out[n] = 2 * cfg.num_kinds + 1 + c
+            n += 1
+    return n
+
+
+cdef int _legal_actions(const void* cfgp, const void* state, int* out) noexcept nogil:
+    return lc_legal_actions(<const LCConfig*>cfgp, <const LCState*>state, out)
+
+
+cdef inline void _take_from_hand(LCState* s, int p, int k, LCUndo* u) noexcept nogil:
+    s.hand[p][k] -= 1
+    if s.hand[p][k] == 0:
+        _clear_bit(s.hand_mask[p], k)
+    if s.known[p][k] > s.hand[p][k]:
+        # a card from a pile left the hand; wagers of a kind are identical, so
+        # a known copy leaves first only when no unknown copy is left
+        s.known[p][k] -= 1
+        u.known_used = 1
+    else:
+        u.known_used = 0
+
+
+cdef inline void _return_to_hand(LCState* s, int p, int k, const LCUndo* u) noexcept nogil:
+    s.hand[p][k] += 1
+    _set_bit(s.hand_mask[p], k)
+    if u.known_used:
+        s.known[p][k] += 1
+
+
+cdef void lc_apply(const LCConfig* cfg, LCState* s, int action, LCUndo* u) noexcept nogil:
+    """Apply a legal action (unchecked) and fill the undo record."""
+    cdef int p = s.player, k, c, r
+    u.action = <int16_t>action
+    u.prev_blocked = s.blocked
+    u.known_used = 0
+    u.prev_top = 0
+    if s.phase == LC_PLAY:
+        if action < cfg.num_kinds:
+            k = action
+            c = cfg.kind_colour[k]
+            r = cfg.kind_rank[k]
+            _take_from_hand(s, p, k, u)
+            u.prev_top = s.top[p][c]
+            s.played[p][k] += 1
+            s.count[p][c] += 1
+            if r == 0:
+                s.wagers_played[p][c] += 1
+            else:
+                s.top[p][c] = <uint8_t>r
+                s.value_sum[p][c] += cfg.kind_value[k]
+                _refresh_playable(cfg, s, p, c)
+        else:
+            k = action - cfg.num_kinds
+            c = cfg.kind_colour[k]
+            _take_from_hand(s, p, k, u)
+            s.pile[c][s.pile_len[c]] = <uint8_t>k
+            s.pile_len[c] += 1
+            s.pile_kinds[k] += 1
+            s.blocked = <int8_t>c
+        u.kind = <uint8_t>k
+        s.phase = LC_DRAW
+        return
+    # draw, then the turn passes
+    if action == 2 * cfg.num_kinds:
+        s.deck_len -= 1
+        k = s.deck[s.deck_len]
+        s.deck[s.deck_len] = 0
+        s.hand[p][k] += 1
+    else:
+        c = action - 2 * cfg.num_kinds - 1
+        s.pile_len[c] -= 1
+        k = s.pile[c][s.pile_len[c]]
+        s.pile[c][s.pile_len[c]] = 0
+        s.pile_kinds[k] -= 1
+        s.hand[p][k] += 1
+        s.known[p][k] += 1
+    _set_bit(s.hand_mask[p], k)
+    u.kind = <uint8_t>k
+    s.blocked = -1
+    s.phase = LC_PLAY
+    s.turn += 1
+    s.player = 1 - p
+    if s.deck_len == 0 or s.turn >= cfg.max_turns:
+        s.terminal = 1
+
+
+cdef void lc_undo(const LCConfig* cfg, LCState* s, const LCUndo* u) noexcept nogil:
+    """Undo the action recorded in u, which must be the last one applied."""
+    cdef int action = u.action, k = u.kind, c, p
+    if action >= 2 * cfg.num_kinds:
+        s.terminal = 0
+        s.player = 1 - s.player
+        p = s.player
+        s.turn -= 1
+        s.phase = LC_DRAW
+        s.blocked = u.prev_blocked
+        s.hand[p][k] -= 1
+        if s.hand[p][k] == 0:
+            _clear_bit(s.hand_mask[p], k)
+        if action == 2 * cfg.num_kinds:
+            s.deck[s.deck_len] = <uint8_t>k
+            s.deck_len += 1
+        else:
+            c = action - 2 * cfg.num_kinds - 1
+            s.known[p][k] -= 1
+            s.pile[c][s.pile_len[c]] = <uint8_t>k
+            s.pile_len[c] += 1
+            s.pile_kinds[k] += 1
+        return
+    p = s.player
+    c = cfg.kind_colour[k]
+    s.phase = LC_PLAY
+    s.blocked = -1
+    if action < cfg.num_kinds:
+        s.played[p][k] -= 1
+        s.count[p][c] -= 1
+        if cfg.kind_rank[k] == 0:
+            s.wagers_played[p][c] -= 1
+        else:
+            s.value_sum[p][c] -= cfg.kind_value[k]
+            s.top[p][c] = u.prev_top
+            _refresh_playable(cfg, s, p, c)
+    else:
+        s.pile_len[c] -= 1
+        s.pile[c][s.pile_len[c]] = 0
+        s.pile_kinds[k] -= 1
+    _return_to_hand(s, p, k, u)
+
+
+cdef void _apply(const void* cfgp, void* state, int action, void* undo) noexcept nogil:
+    lc_apply(<const LCConfig*>cfgp, <LCState*>state, action, <LCUndo*>undo)
+
+
+cdef void _undo(const void* cfgp, void* state, const void* undo) noexcept nogil:
+    lc_undo(<const LCConfig*>cfgp, <LCState*>state, <const LCUndo*>undo)
+
+
+cdef bint _is_terminal(const void* cfgp, const void* state) noexcept nogil:
+    return (<const LCState*>state).terminal != 0
+
+
+cdef void _returns(const void* cfgp, const void* state, double* out) noexcept nogil:
+    cdef int d = (lc_score(<const LCConfig*>cfgp, <const LCState*>state, 0)
+                  - lc_score(<const LCConfig*>cfgp, <const LCState*>state, 1))
+    out[0] = d
+    out[1] = -d
+
+
+# Info-state segments, in order (K = num_kinds, C = colours). Only what
+# `player` can see: its own hand, both expeditions, the discard piles, the
+# cards the opponent is known to hold (taken from a pile), and public counters.
+SEGMENTS = (
+    ("player", "2"),            # one-hot: whose view this is
+    ("to_move", "1"),           # 1 if this player acts next
+    ("phase", "2"),             # one-hot: play/discard, draw
+    ("hand", "K"),              # own cards per kind
+    ("my_expeditions", "K"),    # own played cards per kind
+    ("opp_expeditions", "K"),   # opponent's played cards per kind
+    ("opp_known_hand", "K"),    # cards the opponent took from a pile and still holds
+    ("discards", "K"),          # cards per kind in the discard piles
+    ("discard_tops", "K"),      # one-hot per colour: the drawable top of each pile
+    ("blocked_pile", "C"),      # one-hot: the pile discarded onto this turn
+    ("deck_fraction", "1"),     # deck cards left / deck size after the deal
+    ("turn_fraction", "1"),     # turns played / turn cap
+    ("scores", "2"),            # own and opponent score as they stand, / 100
+)
+
+
+cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float* out) noexcept nogil:
+    cdef int o = 1 - player, K = cfg.num_kinds, k, c, w, pos
+    cdef uint64_t m
+    memset(out, 0, cfg.tensor_size * sizeof(float))
+    out[player] = 1.0
+    out[2] = 1.0 if (not s.terminal and s.player == player) else 0.0
+    out[3 + s.phase] = 1.0
+    pos = 5
+    for w in range(2):                      # hand: only set bits
+        m = s.hand_mask[player][w]
+        while m:
+            k = (w << 6) + __builtin_ctzll(m)
+            out[pos + k] = s.hand[player][k]
+            m &= m - 1
+    pos += K
+    for k in range(K):
+        out[pos + k] = s.played[player][k]
+        out[pos + K + k] = s.played[o][k]
+        out[pos + 2 * K + k] = s.known[o][k]
+        out[pos + 3 * K + k] = s.pile_kinds[k]
+    pos += 4 * K
+    for c in range(cfg.colours):
+        if s.pile_len[c] > 0:
+            out[pos + s.pile[c][s.pile_len[c] - 1]] = 1.0
+    pos += K
+    if s.blocked >= 0:
+        out[pos + s.blocked] = 1.0
+    pos += cfg.colours
+    out[pos] = <float>s.deck_len / cfg.deck_size
+    out[pos + 1] = <float>s.turn / cfg.max_turns
+    out[pos + 2] = lc_score(cfg, s, player) * 0.01
+    out[pos + 3] = lc_score(cfg, s, o) * 0.01
+
+
+cdef void _info_state(const void* cfgp, const void* state, int player, float* out) noexcept nogil:
+    lc_info_state(<const LCConfig*>cfgp, <const LCState*>state, player, out)
+
+
+# check_consistency error codes; messages in CHECK_MESSAGES
+CHECK_MESSAGES = {
+    1: "a card kind's copies do not add up across hands, expeditions, piles and deck",
+    2: "hand_mask disagrees with the hand counts",
+    3: "a known card count exceeds the hand count",
+    4: "expedition caches (top, wagers, count, value sum) disagree with the played cards",
+    5: "the playable mask disagrees with the expedition tops",
+    6: "a discard pile holds a card of another colour, or slots past its end are not cleared",
+    7: "pile_kinds disagrees with the discard piles",
+    8: "deck slots past its end are not cleared, or deck_len is out of range",
+    9: "hand sizes are wrong for the phase",
+    10: "blocked pile is set outside the draw phase, or names an empty or unknown pile",
+    11: "terminal flag disagrees with the deck and the turn cap",
+    12: "player, phase or turn out of range",
+    13: "a number card was played below a higher one (wager after a number card)",
+}
+
+
+cdef int _check(const void* cfgp, const void* state) noexcept nogil:
+    cdef const LCConfig* cfg = <const LCConfig*>cfgp
+    cdef const LCState* s = <const LCState*>state
+    cdef int K = cfg.num_kinds, k, p, c, i, n, top, hs, r
+    cdef int tally[LC_MAX_KINDS]
+    cdef int pk[LC_MAX_KINDS]
+    cdef int cnt, wag, vs
+    cdef uint64_t m[2]
+    if s.player < 0 or s.player > 1 or s.phase < 0 or s.phase > 1 or s.turn < 0 or s.turn > cfg.max_turns:
+        return 12
+    if s.deck_len < 0 or s.deck_len > cfg.deck_size:
+        return 8
+    for i in range(LC_MAX_CARDS):
+        if i >= s.deck_len and s.deck[i] != 0:
+            return 8
+    memset(tally, 0, sizeof(tally))
+    memset(pk, 0, sizeof(pk))
+    for i in range(s.deck_len):
+        if s.deck[i] >= K:
+            return 1
+        tally[s.deck[i]] += 1
+    for c in range(LC_MAX_COLOURS):
+        for i in range(LC_MAX_PER_COLOUR):
+            if i < s.pile_len[c]:
+                k = s.pile[c][i]
+                if c >= cfg.colours or k >= K or cfg.kind_colour[k] != c:
+                    return 6
+                pk[k] += 1
+            elif s.pile[c][i] != 0:
+                return 6
+    for k in range(LC_MAX_KINDS):
+        if pk[k] != s.pile_kinds[k]:
+            return 7
+    for p in range(2):
+        m[0] = 0
+        m[1] = 0
+        hs = 0
+        for k in range(LC_MAX_KINDS):
+            if k >= K and (s.hand[p][k] or s.played[p][k] or s.known[p][k]):
+                return 1
+            if s.hand[p][k]:
+                m[k >> 6] |= (<uint64_t>1) << (k & 63)
+            if s.known[p][k] > s.hand[p][k]:
+                return 3
+            hs += s.hand[p][k]
+            if k < K:
+                tally[k] += s.hand[p][k] + s.played[p][k]
+        if m[0] != s.hand_mask[p][0] or m[1] != s.hand_mask[p][1]:
+            return 2
+        if s.terminal or s.phase == LC_PLAY or p != s.player:
+            if hs != cfg.hand_size:
+                return 9
+        elif hs != cfg.hand_size - 1:
+            return 9
+        m[0] = 0
+        m[1] = 0
+        for c in range(cfg.colours):
+            top = 0
+            cnt = 0
+            wag = 0
+            vs = 0
+            for r in range(cfg.kinds_per_colour):
+                k = c * cfg.kinds_per_colour + r
+                n = s.played[p][k]
+                cnt += n
+                if r == 0:
+                    wag = n
+                elif n:
+                    if n != 1:
+                        return 1
+                    top = r
+                    vs += cfg.kind_value[k]
+            if (top != s.top[p][c] or cnt != s.count[p][c] or wag != s.wagers_played[p][c]
+                    or vs != s.value_sum[p][c]):
+                return 4
+            m[0] |= cfg.playable_mask[c][top][0]
+            m[1] |= cfg.playable_mask[c][top][1]
+        if m[0] != s.playable[p][0] or m[1] != s.playable[p][1]:
+            return 5
+    for k in range(K):
+        if tally[k] + pk[k] != cfg.kind_copies[k]:
+            return 1
+    if s.phase == LC_PLAY and s.blocked != -1:
+        return 10
+    if s.blocked < -1 or s.blocked >= cfg.colours or (s.blocked >= 0 and s.pile_len[s.blocked] == 0):
+        return 10
+    if s.terminal:
+        if s.phase != LC_PLAY or not (s.deck_len == 0 or s.turn >= cfg.max_turns):
+            return 11
+    elif s.deck_len == 0 or s.turn >= cfg.max_turns:
+        return 11
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# rule-based heuristic bot, in C so that evaluation matches run fast
+
+cdef int lc_heuristic_action(const LCConfig* cfg, const LCState* s) noexcept nogil:
+    """A rule-based move for the player to act. Deterministic.
+
+    Play phase: continue a started expedition with the lowest card that fits
+    with a small gap; open a new one only with enough points of that colour in
+    hand and not late in the game; play a wager only with strong support.
+    Otherwise discard the card that helps the opponent least and us least.
+    Draw phase: take a pile's top card only if it fits a started expedition
+    with a small gap, else draw from the deck.
+    """
+    cdef int p = s.player, o = 1 - p, K = cfg.num_kinds, kpc = cfg.kinds_per_colour
+    cdef int c, r, k, gap, best_action = -1, n
+    cdef int hand_points[LC_MAX_COLOURS]     # playable number points in hand per colour
+    cdef int hand_numbers[LC_MAX_COLOURS]    # playable number cards in hand per colour
+    cdef int lowest[LC_MAX_COLOURS]          # lowest playable rank index in hand (0: none)
+    cdef double score, best_score = -1e9
+    cdef bint late = s.deck_len <= 3 * cfg.colours
+    cdef bint started
+    cdef int open_points = cfg.expedition_cost - cfg.expedition_cost // 4
+    cdef int wager_points = cfg.expedition_cost + cfg.expedition_cost // 2
+    cdef int opp_top, opp_started
+
+    if s.phase == LC_DRAW:
+        best_action = 2 * K
+        for c in range(cfg.colours):
+            if s.pile_len[c] == 0 or c == s.blocked:
+                continue
+            k = s.pile[c][s.pile_len[c] - 1]
+            r = cfg.kind_rank[k]
+            if r == 0 or s.count[p][c] == 0 or r <= s.top[p][c]:
+                continue
+            gap = r - s.top[p][c] - 1
+            if s.top[p][c] == 0:
+                gap = r - 1
+            if gap <= 1:
+                score = 2.0 - gap + cfg.kind_value[k] * 0.01
+                if score > best_score:
+                    best_score = score
+                    best_action = 2 * K + 1 + c
+        return best_action
+
+    for c in range(cfg.colours):
+        hand_points[c] = 0
+        hand_numbers[c] = 0
+        lowest[c] = 0
+        for r in range(kpc - 1, 0, -1):
+            k = c * kpc + r
+            if s.hand[p][k] and r > s.top[p][c]:
+                hand_points[c] += cfg.kind_value[k]
+                hand_numbers[c] += 1
+                lowest[c] = r
+
+    for c in range(cfg.colours):
+        started = s.count[p][c] > 0
+        k = c * kpc
+        # a wager: only before numbers, with strong support, not late
+        if (s.hand[p][k] and s.top[p][c] == 0 and not late and s.deck_len > cfg.deck_size // 2
+                and hand_points[c] >= wager_points and hand_numbers[c] >= 3):
+            score = 3.0 + hand_points[c] * 0.01
+            if score > best_score:
+                best_score = score
+                best_action = k
+        if lowest[c] == 0:
+            continue
+        k = c * kpc + lowest[c]
+        if started:
+            gap = lowest[c] - s.top[p][c] - 1 if s.top[p][c] > 0 else lowest[c] - 1
+            if gap <= 1 or late:
+                score = 4.0 - gap * 0.5
+            elif gap <= 3 and hand_numbers[c] >= 2:
+                score = 1.0 - gap * 0.1
+            else:
+                continue
+        else:
+            if late or hand_points[c] < open_points or hand_numbers[c] < 2:
+                continue
+            score = 2.0 + (hand_points[c] - open_points) * 0.02 - (lowest[c] - 1) * 0.2
+        if score > best_score:
+            best_score = score
+            best_action = k
+    if best_action >= 0:
+        return best_action
+
+    # discard: the card that helps the opponent least, then us least
+    best_score = 1e9
+    for k in range(K):
+        n = s.hand[p][k]
+        if n == 0:
+            continue
+        c = cfg.kind_colour[k]
+        r = cfg.kind_rank[k]
+        score = 0.0
+        opp_top = s.top[o][c]
+        opp_started = s.count[o][c] > 0
+        if r == 0:
+            if opp_top == 0:
+                score += 3.0 if opp_started else 1.0
+        elif r > opp_top:
+            score += (2.0 if opp_started else 0.5) + cfg.kind_value[k] * 0.05
+        if r > s.top[p][c] and (r > 0 or s.top[p][c] == 0):
+            if s.count[p][c] > 0:
+                score += 2.0 + cfg.kind_value[k] * 0.05
+            else:
+                score += hand_points[c] * 0.03
+        if score < best_score:
+            best_score = score
+            best_action = K + k
+    return best_action
+
+
+# ---------------------------------------------------------------------------
+# Python face
+
+DEFAULTS = dict(colours=5, ranks=9, lowest_value=2, wagers=3, hand_size=8,
+                expedition_cost=20, bonus_threshold=8, bonus_amount=20, max_turns=200)
+LIMITS = dict(colours=(1, LC_MAX_COLOURS), ranks=(1, LC_MAX_RANKS), lowest_value=(0, 100),
+              wagers=(0, LC_MAX_WAGERS), hand_size=(1, LC_MAX_HAND), expedition_cost=(0, 1000),
+              bonus_threshold=(1, 100), bonus_amount=(0, 1000), max_turns=(1, 10000))
+VARIANTS = {"classic": {}, "six_colours": {"colours": 6}}
+
+
+cdef class LostCitiesGame(Game):
+    """`engine.load_game("lost_cities", **params)`; params and defaults in DEFAULTS,
+    `variant="six_colours"` for the newer edition's sixth expedition."""
+    cdef LCConfig cfg
+
+    def __init__(self, variant=None, **params):
+        cdef int c, r, k, w, t, card
+        values = dict(DEFAULTS)
+        if variant is not None:
+            if variant not in VARIANTS:
+                raise ValueError(f"lost_cities: unknown variant {variant!r}; known: {sorted(VARIANTS)}")
+            values.update(VARIANTS[variant])
+        for key, v in params.items():
+            if key not in DEFAULTS:
+                raise ValueError(f"lost_cities: unknown parameter {key!r}; known: {sorted(DEFAULTS)}")
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"lost_cities: parameter {key!r} must be an integer, got {v!r}")
+            values[key] = v
+        for key, (lo, hi) in LIMITS.items():
+            if not lo <= values[key] <= hi:
+                raise ValueError(f"lost_cities: parameter {key!r} = {values[key]} is out of range [{lo}, {hi}]")
+        num_cards = values["colours"] * (values["ranks"] + values["wagers"])
+        if 2 * values["hand_size"] >= num_cards:
+            raise ValueError(f"lost_cities: parameter 'hand_size' = {values['hand_size']} leaves no deck "
+                             f"({num_cards} cards in the game)")
+        self.name = "lost_cities"
+        self.params = values
+        memset(&self.cfg, 0, sizeof(LCConfig))
+        cfg = &self.cfg
+        cfg.colours = values["colours"]
+        cfg.ranks = values["ranks"]
+        cfg.lowest_value = values["lowest_value"]
+        cfg.wagers = values["wagers"]
+        cfg.hand_size = values["hand_size"]
+        cfg.expedition_cost = values["expedition_cost"]
+        cfg.bonus_threshold = values["bonus_threshold"]
+        cfg.bonus_amount = values["bonus_amount"]
+        cfg.max_turns = values["max_turns"]
+        cfg.kinds_per_colour = cfg.ranks + 1
+        cfg.num_kinds = cfg.colours * cfg.kinds_per_colour
+        cfg.num_cards = num_cards
+        cfg.deck_size = num_cards - 2 * cfg.hand_size
+        cfg.num_actions = 2 * cfg.num_kinds + 1 + cfg.colours
+        cfg.tensor_size = sum(self._segment_size(sz) for _, sz in SEGMENTS)
+        card = 0
+        for c in range(cfg.colours):
+            for w in range(cfg.wagers):
+                cfg.card_kind[card] = c * cfg.kinds_per_colour
+                card += 1
+            for r in range(1, cfg.ranks + 1):
+                cfg.card_kind[card] = c * cfg.kinds_per_colour + r
+                card += 1
+            for r in range(cfg.kinds_per_colour):
+                k = c * cfg.kinds_per_colour + r
+                cfg.kind_colour[k] = c
+                cfg.kind_rank[k] = r
+                cfg.kind_value[k] = 0 if r == 0 else cfg.lowest_value + r - 1
+                cfg.kind_copies[k] = cfg.wagers if r == 0 else 1
+                cfg.colour_mask[c][k >> 6] |= (<uint64_t>1) << (k & 63)
+            for t in range(cfg.kinds_per_colour):
+                for r in range(cfg.kinds_per_colour):
+                    if (t == 0) or (r > t):
+                        k = c * cfg.kinds_per_colour + r
+                        cfg.playable_mask[c][t][k >> 6] |= (<uint64_t>1) << (k & 63)
+        self.gd.cfg = &self.cfg
+        self.gd.state_size = sizeof(LCState)
+        self.gd.undo_size = sizeof(LCUndo)
+        self.gd.num_actions = cfg.num_actions
+        self.gd.tensor_size = cfg.tensor_size
+        self.gd.deal_length = cfg.num_cards
+        self.gd.max_game_length = 2 * cfg.max_turns
+        self.gd.max_utility = self._max_score()
+        self.gd.deal_seed = _deal_seed
+        self.gd.deal_order = _deal_order
+        self.gd.current_player = _current_player
+        self.gd.legal_actions = _legal_actions
+        self.gd.apply_action = _apply
+        self.gd.undo_action = _undo
+        self.gd.is_terminal = _is_terminal
+        self.gd.returns = _returns
+        self.gd.info_state = _info_state
+        self.gd.check = _check
+
+    def __reduce__(self):
+        return (_load_lost_cities, (self.params,))
+
+    def _segment_size(self, str size):
+        return {"K": self.cfg.num_kinds, "C": self.cfg.colours}.get(size) or int(size)
+
+    def _max_score(self):
+        # every card of every colour on one side: an upper bound on |score diff|
+        per_colour = sum(self.cfg.lowest_value + i for i in range(self.cfg.ranks))
+        best = (per_colour + self.cfg.expedition_cost) * (1 + self.cfg.wagers) + self.cfg.bonus_amount
+        return float(self.cfg.colours * best)
+
+    cdef State _make_state(self):
+        return LostCitiesState(self)
+
+    def information_state_segments(self):
+        return [(name, self._segment_size(sz)) for name, sz in SEGMENTS]
+
+    # ---- cards, kinds and actions as text
+    def kind_to_string(self, int kind):
+        if not 0 <= kind < self.cfg.num_kinds:
+            raise ValueError(f"card kind {kind} out of range 0..{self.cfg.num_kinds - 1}")
+        c, r = divmod(kind, self.cfg.kinds_per_colour)
+        return COLOUR_LETTERS[c] + ("w" if r == 0 else str(self.cfg.lowest_value + r - 1))
+
+    def string_to_kind(self, str text):
+        c = COLOUR_LETTERS.find(text[:1])
+        if c < 0 or c >= self.cfg.colours:
+            raise ValueError(f"bad card {text!r}: colour must be one of {COLOUR_LETTERS[:self.cfg.colours]}")
+        if text[1:] == "w":
+            return c * self.cfg.kinds_per_colour
+        try:
+            r = int(text[1:]) - self.cfg.lowest_value + 1
+        except ValueError:
+            raise ValueError(f"bad card {text!r}") from None
+        if not 1 <= r <= self.cfg.ranks:
+            raise ValueError(f"bad card {text!r}: no such value")
+        return c * self.cfg.kinds_per_colour + r
+
+    def card_kind(self, int card):
+        """Kind of a card id (as used in explicit deals)."""
+        if not 0 <= card < self.cfg.num_cards:
+            raise ValueError(f"card id {card} out of range")
+        return self.cfg.card_kind[card]
+
+    def action_to_string(self, int action):
+        K = self.cfg.num_kinds
+        if 0 <= action < K:
+            return "play " + self.kind_to_string(action)
+        if K <= action < 2 * K:
+            return "discard " + self.kind_to_string(action - K)
+        if action == 2 * K:
+            return "draw deck"
+        if 2 * K < action < self.cfg.num_actions:
+            return "draw pile " + COLOUR_LETTERS[action - 2 * K - 1]
+        return f"unknown action {action}"
+
+    def string_to_action(self, str text):
+        K = self.cfg.num_kinds
+        verb, _, arg = text.partition(" ")
+        if verb == "play":
+            return self.string_to_kind(arg)
+        if verb == "discard":
+            return K + self.string_to_kind(arg)
+        if text == "draw deck":
+            return 2 * K
+        if text.startswith("draw pile "):
+            c = COLOUR_LETTERS.find(text[10:])
+            if 0 <= c < self.cfg.colours and len(text) == 11:
+                return 2 * K + 1 + c
+        raise ValueError(f"cannot parse action {text!r}")
+
+    def check_error(self, int code):
+        return CHECK_MESSAGES.get(code, f"invariant {code} broken")
+
+    def heuristic_action(self, State state):
+        """The rule-based bot's move in `state` (see lc_heuristic_action)."""
+        if state.game is not self:
+            raise ValueError("state belongs to another game")
+        if (<LCState*>state.data).terminal:
+            raise ValueError("heuristic_action: the game is over")
+        return lc_heuristic_action(&self.cfg, <LCState*>state.data)
+
+
+def _load_lost_cities(params):
+    return LostCitiesGame(**params)
+
+
+cdef class LostCitiesState(State):
+    """A Lost Cities state. Beyond the common API: scores, hands, piles,
+    expeditions, and an exact snapshot as a dict of readable card strings."""
+
+    cdef inline LCState* _s(self):
+        return <LCState*>self.data
+
+    def scores(self):
+        """Raw score of each player as it stands."""
+        cfg = &(<LostCitiesGame>self.game).cfg
+        return [lc_score(cfg, self._s(), 0), lc_score(cfg, self._s(), 1)]
+
+    cdef list _kinds(self, const uint8_t* counts):
+        cdef int k
+        game = <LostCitiesGame>self.game
+        out = []
+        for k in range(game.cfg.num_kinds):
+            out.extend([game.kind_to_string(k)] * counts[k])
+        return out
+
+    def hand(self, int player):
+        """Cards in `player`'s hand (hidden information: for tests and tools)."""
+        return self._kinds(self._s().hand[player])
+
+    def known_hand(self, int player):
+        """Cards `player` took from a discard pile and still holds (public)."""
+        return self._kinds(self._s().known[player])
+
+    def expedition(self, int player, int colour):
+        """`player`'s expedition of `colour`, in play order."""
+        game = <LostCitiesGame>self.game
+        kpc = game.cfg.kinds_per_colour
+        return [game.kind_to_string(colour * kpc + r)
+                for r in range(kpc) for _ in range(self._s().played[player][colour * kpc + r])]
+
+    def expeditions(self, int player):
+        return [self.expedition(player, c) for c in range((<LostCitiesGame>self.game).cfg.colours)]
+
+    def piles(self):
+        """Public discard piles, bottom card first."""
+        game = <LostCitiesGame>self.game
+        s = self._s()
+        return [[game.kind_to_string(s.pile[c][i]) for i in range(s.pile_len[c])]
+                for c in range(game.cfg.colours)]
+
+    def deck(self):
+        """Undrawn cards, the next one drawn first (hidden information)."""
+        game = <LostCitiesGame>self.game
+        s = self._s()
+        return [game.kind_to_string(s.deck[i]) for i in range(s.deck_len - 1, -1, -1)]
+
+    def deck_size(self):
+        return self._s().deck_len
+
+    def turn(self):
+        return self._s().turn
+
+    def phase(self):
+        return "draw" if self._s().phase == LC_DRAW else "play"
+
+    def blocked_pile(self):
+        return None if self._s().blocked < 0 else int(self._s().blocked)
+
+    def to_dict(self):
+        s = self._s()
+        return {
+            "game": "lost_cities",
+            "params": dict(self.game.params),
+            "player": int(s.player),
+            "phase": self.phase(),
+            "blocked_pile": self.blocked_pile(),
+            "turn": int(s.turn),
+            "terminal": bool(s.terminal),
+            "hands": [self.hand(0), self.hand(1)],
+            "known_hands": [self.known_hand(0), self.known_hand(1)],
+            "expeditions": [self.expeditions(0), self.expeditions(1)],
+            "piles": self.piles(),
+            "deck": self.deck(),
+        }
+
+    @staticmethod
+    def from_dict(game, d):
+        """Rebuild a state from to_dict() output; exact round trip. A snapshot
+        that breaks a rule raises ValueError naming it."""
+        cdef LostCitiesGame g
+        cdef LostCitiesState st
+        cdef LCState* s
+        cdef int p, c, k, i
+        if not isinstance(game, LostCitiesGame):
+            raise ValueError("from_dict needs a lost_cities game")
+        g = <LostCitiesGame>game
+        if d.get("params", g.params) != g.params:
+            raise ValueError(f"snapshot params {d.get('params')} differ from the game's {g.params}")
+        st = LostCitiesState(g)
+        s = st._s()
+        memset(s, 0, sizeof(LCState))
+        try:
+            s.player = int(d["player"])
+            s.phase = {"play": LC_PLAY, "draw": LC_DRAW}[d["phase"]]
+            s.blocked = -1 if d["blocked_pile"] is None else int(d["blocked_pile"])
+            s.turn = int(d["turn"])
+            s.terminal = 1 if d["terminal"] else 0
+            for p in range(2):
+                for card in d["hands"][p]:
+                    k = g.string_to_kind(card)
+                    s.hand[p][k] += 1
+                    s.hand_mask[p][k >> 6] |= (<uint64_t>1) << (k & 63)
+                for card in d["known_hands"][p]:
+                    s.known[p][g.string_to_kind(card)] += 1
+                if len(d["expeditions"][p]) != g.cfg.colours:
+                    raise ValueError(f"expeditions[{p}] must list {g.cfg.colours} colours")
+                for c in range(g.cfg.colours):
+                    for card in d["expeditions"][p][c]:
+                        k = g.string_to_kind(card)
+                        if g.cfg.kind_colour[k] != c:
+                            raise ValueError(f"card {card} is in expedition {c} of another colour")
+                        s.played[p][k] += 1
+                        s.count[p][c] += 1
+                        if g.cfg.kind_rank[k] == 0:
+                            s.wagers_played[p][c] += 1
+                        else:
+                            s.top[p][c] = max(s.top[p][c], g.cfg.kind_rank[k])
+                            s.value_sum[p][c] += g.cfg.kind_value[k]
+                    _refresh_playable(&g.cfg, s, p, c)
+            if len(d["piles"]) != g.cfg.colours:
+                raise ValueError(f"piles must list {g.cfg.colours} colours")
+            for c in range(g.cfg.colours):
+                for card in d["piles"][c]:
+                    k = g.string_to_kind(card)
+                    if s.pile_len[c] >= LC_MAX_PER_COLOUR:
+                        raise ValueError(f"pile {c} is too long")
+                    s.pile[c][s.pile_len[c]] = k
+                    s.pile_len[c] += 1
+                    s.pile_kinds[k] += 1
+            deck = list(d["deck"])
+            if len(deck) > g.cfg.deck_size:
+                raise ValueError("deck is longer than the deck after the deal")
+            s.deck_len = len(deck)
+            for i, card in enumerate(deck):
+                s.deck[s.deck_len - 1 - i] = g.string_to_kind(card)
+        except KeyError as e:
+            raise ValueError(f"snapshot lacks field {e.args[0]!r}") from None
+        rc = _check(&g.cfg, s)
+        if rc:
+            raise ValueError(f"inconsistent snapshot: {CHECK_MESSAGES.get(rc, rc)}")
+        return st
+
+    def __str__(self):
+        s = self._s()
+        g = <LostCitiesGame>self.game
+        lines = [f"turn {s.turn}, player {s.player} to {self.phase()}, deck {s.deck_len}, "
+                 f"scores {self.scores()}" + (" (over)" if s.terminal else "")]
+        for p in range(2):
+            exps = " ".join("".join(e) or "-" for e in self.expeditions(p))
+            lines.append(f"  p{p} hand {' '.join(self.hand(p))} | expeditions {exps}")
+        lines.append("  piles " + " ".join(("".join(pl[-1:]) or "-") for pl in self.piles()))
+        return "\n".join(lines)
