@@ -100,7 +100,7 @@ cdef inline void _step(LeducState* s, int action) noexcept nogil:
 cdef inline int _hand_rank(const LeducState* s, int player) noexcept nogil:
     cdef int own = s.card[player] // 2, pub = s.card[2] // 2
     if own == pub:
-        return own            # a pair beats every high card
+        return 100 + own            # a pair beats every high card
     if own > pub:
         return 3 * own + pub
     return 3 * pub + own

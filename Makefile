@@ -1,0 +1,30 @@
+# The README's commands. `make test` is what CI runs (.ci/run).
+PYTHON ?= python3
+export PYTHON
+
+.PHONY: install build debug annotate test train bench clean
+
+install:            ## install deps + editable package, build extensions
+	bash scripts/install.sh
+
+build:              ## rebuild changed extensions in place
+	$(PYTHON) setup.py -q build_ext --inplace
+
+debug:              ## rebuild everything with bounds checks on (-O0 -g)
+	DEEPCFR_DEBUG=1 $(PYTHON) setup.py -q build_ext --inplace --force
+
+annotate:           ## write `cython -a` HTML for every extension (engine/*.html, traverser/*.html)
+	DEEPCFR_ANNOTATE=1 $(PYTHON) setup.py -q build_ext --inplace --force
+	@ls engine/*.html traverser/*.html 2>/dev/null || true
+
+test: install       ## run the test suite
+	$(PYTHON) -m pytest -q
+
+train: install      ## the main job
+	$(PYTHON) -m engine.match --games 200
+
+bench: install      ## engine benchmark
+	$(PYTHON) -m engine.bench
+
+clean:
+	rm -rf build *.egg-info engine/*.c engine/*.so engine/*.html traverser/*.c traverser/*.so traverser/*.html
