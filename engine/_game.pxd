@@ -5,6 +5,7 @@
 # through it, so adding a game never touches them. No function behind a GameDef
 # touches a Python object or allocates.
 from engine._types cimport uint64_t
+from engine._rng cimport Rng
 
 # Player ids, as in OpenSpiel.
 cdef enum:
@@ -34,6 +35,7 @@ cdef struct GameDef:
     int state_size              # bytes of one state; states are plain memcpy-able structs
     int undo_size               # bytes of one undo record
     int num_actions             # distinct action ids are 0 .. num_actions-1
+    int max_legal               # most legal actions at any node (<= num_actions)
     int tensor_size             # floats in one info-state tensor
     int deal_length             # ints in an explicit deal
     int max_game_length         # upper bound on decisions in one game

@@ -15,7 +15,7 @@ from libc.string cimport memcpy, memset
 import numpy as np
 
 from engine._types cimport uint64_t
-from engine._rng cimport rng_seed
+from engine._rng cimport rng_seed, Rng
 
 
 class ConsistencyError(AssertionError):
@@ -38,6 +38,10 @@ cdef class Game:
     def information_state_tensor_size(self):
         """Floats in one info-state tensor."""
         return self.gd.tensor_size
+
+    def max_legal_actions(self):
+        """Most legal actions at any node."""
+        return self.gd.max_legal if self.gd.max_legal > 0 else self.gd.num_actions
 
     def information_state_tensor_shape(self):
         return [self.gd.tensor_size]
@@ -101,6 +105,13 @@ cdef class Game:
                 seed = int.from_bytes(np.random.SeedSequence().generate_state(2, np.uint32).tobytes(), "little")
             rng = rng_seed(<uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF), 0x5EED, 0)
             self.gd.deal_seed(self.gd.cfg, st.data, &rng)
+        return st
+
+    def new_initial_state_from_rng(self, Rng rng):
+        """A state dealt exactly as the traverser deals it: from the xorshift
+        state in `rng` (which advances)."""
+        cdef State st = self._make_state()
+        self.gd.deal_seed(self.gd.cfg, st.data, &rng.state)
         return st
 
     def __repr__(self):
@@ -183,7 +194,7 @@ cdef class State:
             raise ValueError(f"illegal action {a} ({desc}) for player {self.current_player()}; "
                              f"legal: {self.legal_actions()}")
         if self.n_undo == self.undo_cap:
-            new_stack = <char*>realloc(self.undo_stack, 2 * self.undo_cap * self.game.gd.undo_size)
+            new_stack = <char*>realloc(self.undo_stack, 2 * self.undo_cap * max(self.game.gd.undo_size, 1))
             if new_stack == NULL:
                 raise MemoryError()
             self.undo_stack = new_stack
@@ -242,7 +253,7 @@ cdef class State:
         if other.undo_cap < self.n_undo:
             free(other.undo_stack)
             other.undo_cap = self.undo_cap
-            other.undo_stack = <char*>calloc(other.undo_cap, self.game.gd.undo_size)
+            other.undo_stack = <char*>calloc(other.undo_cap, max(self.game.gd.undo_size, 1))
             if other.undo_stack == NULL:
                 raise MemoryError()
         memcpy(other.undo_stack, self.undo_stack, self.n_undo * self.game.gd.undo_size)

@@ -155,6 +155,7 @@ cdef class KuhnPokerGame(Game):
         self.gd.state_size = sizeof(KuhnState)
         self.gd.undo_size = sizeof(KuhnUndo)
         self.gd.num_actions = 2
+        self.gd.max_legal = 2
         self.gd.tensor_size = TENSOR_SIZE
         self.gd.deal_length = 2
         self.gd.max_game_length = MAX_ACTIONS

@@ -260,6 +260,7 @@ cdef class LeducPokerGame(Game):
         self.gd.state_size = sizeof(LeducState)
         self.gd.undo_size = sizeof(LeducUndo)
         self.gd.num_actions = 3
+        self.gd.max_legal = 3
         self.gd.tensor_size = TENSOR_SIZE
         self.gd.deal_length = 3
         self.gd.max_game_length = NUM_ROUNDS * MAX_BETS

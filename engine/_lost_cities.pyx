@@ -660,6 +660,7 @@ cdef class LostCitiesGame(Game):
         self.gd.state_size = sizeof(LCState)
         self.gd.undo_size = sizeof(LCUndo)
         self.gd.num_actions = cfg.num_actions
+        self.gd.max_legal = max(2 * min(cfg.hand_size, cfg.num_kinds), 1 + cfg.colours)
         self.gd.tensor_size = cfg.tensor_size
         self.gd.deal_length = cfg.num_cards
         self.gd.max_game_length = 2 * cfg.max_turns

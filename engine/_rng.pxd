@@ -43,3 +43,7 @@ cdef inline uint32_t rng_below(uint64_t* s, uint32_t n) noexcept nogil:
 cdef inline double rng_double(uint64_t* s) noexcept nogil:
     """Uniform double in [0, 1)."""
     return <double>(rng_next(s) >> 11) * (1.0 / 9007199254740992.0)
+
+
+cdef class Rng:
+    cdef uint64_t state         # xorshift64* state, never 0

@@ -1,0 +1,45 @@
+"""Network definitions. Advantage and strategy nets share one shape: an MLP
+from the info-state tensor to one output per action id (illegal ones are
+ignored by regret matching / masked in training)."""
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    """info-state (tensor_size) -> hidden layers with ReLU -> num_actions."""
+
+    def __init__(self, input_size, num_actions, hidden=(512, 512, 512)):
+        super().__init__()
+        if input_size < 1 or num_actions < 1 or any(h < 1 for h in hidden):
+            raise ValueError(f"bad MLP shape: {input_size} -> {list(hidden)} -> {num_actions}")
+        self.input_size = int(input_size)
+        self.num_actions = int(num_actions)
+        self.hidden = tuple(int(h) for h in hidden)
+        layers, width = [], self.input_size
+        for h in self.hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        layers.append(nn.Linear(width, self.num_actions))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+    def spec(self):
+        """Constructor arguments, enough to rebuild the net (no pickling)."""
+        return {"input_size": self.input_size, "num_actions": self.num_actions, "hidden": list(self.hidden)}
+
+
+def build_mlp(spec):
+    return MLP(spec["input_size"], spec["num_actions"], tuple(spec["hidden"]))
+
+
+def net_for_game(game, hidden=(512, 512, 512), seed=None):
+    """A freshly initialised MLP sized for `game` (seeded if seed is given)."""
+    if seed is not None:
+        gen_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+    net = MLP(game.information_state_tensor_size(), game.num_distinct_actions(), hidden)
+    if seed is not None:
+        torch.random.set_rng_state(gen_state)
+    return net

@@ -1,0 +1,660 @@
+"""Deep CFR traversals as resumable state machines ("recursion without
+recursion"): an explicit frame stack per machine, the whole step loop inside
+`with nogil:`.
+
+A MachineGroup holds M machines, a request buffer and two sample buffers, all
+preallocated; the numpy arrays are owned by Python and C writes through
+pointers set once. One round is:
+
+    n = group.step()      # nogil: advance every runnable machine until it
+                          # parks (request row written), blocks, or finishes
+    <fill group.advantages[:n] from group.requests[:n]>   # batched forward
+    group.resume(n)       # nogil: regret matching on each row; machines runnable
+
+Request rows are compact: row r belongs to machine request_machine[r] and asks
+for model request_model[r]. A machine that finds a sample buffer full blocks
+without losing its place; after a drain, the next step() retries it.
+
+Algorithms (traversal for player p, "the traverser"):
+  external sampling: at p's nodes every legal action is expanded; the sample's
+    regret targets are v(a) - sum_b sigma(b) v(b). At the opponent's nodes one
+    action is sampled from sigma (its regret-matched advantages) and, every
+    strategy_interval-th such node, a strategy sample (sigma) is written.
+  outcome sampling: at p's nodes one action is sampled from
+    q = epsilon * uniform + (1 - epsilon) * sigma; the child's value u is
+    importance-corrected, cv = u / q(a*); the node's value is sigma(a*) * cv
+    and the targets are ((a == a*) * cv - value) / reach, reach being the
+    product of p's own sampling probabilities above the node, clipped to
+    +-value_clip.
+  cutoffs: at max_depth decisions, or after max_nodes nodes in a traversal, a
+    node is valued by returns() as it stands (Lost Cities: the score
+    difference) or by the mean of `rollouts` uniformly random playouts.
+  a node with one legal action is passed through with no query and no sample.
+
+Determinism: each traversal has its own xorshift state seeded from (run seed,
+iteration, traversal id); the deal and every sampled action come from it, so
+samples do not depend on group size, stepping order or threads.
+
+Nothing in the nogil functions touches a Python object or allocates.
+"""
+from libc.stdlib cimport calloc, free
+from libc.string cimport memcpy, memset
+
+import numpy as np
+
+from engine._types cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
+from engine._rng cimport rng_seed, rng_double, rng_below
+from engine._game cimport Game, GameDef
+
+cdef enum:
+    ST_ENTER = 0                # just arrived at this node
+    ST_POLICY = 1               # sigma is ready (after a query or uniform)
+    ST_WRITE_STRAT = 2          # opponent node: strategy sample to write
+    ST_SAMPLE_OPP = 3           # opponent node: sample an action and descend
+    ST_EXPAND = 4               # external sampling traverser node: next child
+    ST_CHILD_ES = 5             # a child of an expanded node returned
+    ST_WRITE_ADV = 6            # external sampling: all children back; write sample
+    ST_CHILD_OS = 7             # outcome sampling traverser child returned
+    ST_CHILD_PASS = 8           # sampled opponent / forced child returned: pass value up
+
+
+cdef struct Core:
+    GameDef gd                  # the game (cfg points into the Game object)
+    Params params
+    int tensor_size
+    int num_actions
+    int max_legal
+    int n_machines
+    Machine* machines
+    # request buffer (numpy-owned)
+    float* requests             # [n_machines, tensor_size]
+    int32_t* request_model      # [n_machines]
+    int32_t* request_machine    # [n_machines]
+    float* advantages           # [n_machines, num_actions]
+    int n_requests              # rows written since the last resume
+    # traversal queue (numpy-owned)
+    int64_t* queue_ids
+    int8_t* queue_traverser
+    int64_t queue_len
+    int64_t queue_pos
+    uint64_t run_seed
+    int64_t iteration
+    float weight                # linear CFR weight written with every sample
+    SampleBuf adv
+    SampleBuf strat
+    Stats stats
+
+
+# ---------------------------------------------------------------------------
+# nogil core
+
+cdef inline void _regret_match(const float* adv, const int* legal, int n, double* sigma,
+                               bint uniform_fallback, Stats* stats) noexcept nogil:
+    cdef int i, best = 0
+    cdef double x, total = 0.0
+    for i in range(n):
+        x = adv[legal[i]]
+        if x > 0.0:
+            sigma[i] = x
+            total += x
+        else:
+            sigma[i] = 0.0
+    if total > 0.0:
+        for i in range(n):
+            sigma[i] = sigma[i] / total
+        return
+    stats.fallbacks += 1
+    if uniform_fallback:
+        for i in range(n):
+            sigma[i] = 1.0 / n
+        return
+    for i in range(1, n):
+        if adv[legal[i]] > adv[legal[best]]:
+            best = i
+    for i in range(n):
+        sigma[i] = 1.0 if i == best else 0.0
+
+
+cdef inline int _sample(const double* p, int n, double u) noexcept nogil:
+    """Index i with cumulative probability first exceeding u."""
+    cdef int i, last = 0
+    cdef double acc = 0.0
+    for i in range(n):
+        if p[i] > 0.0:
+            acc += p[i]
+            last = i
+            if u < acc:
+                return i
+    return last
+
+
+cdef inline int _sample_explore(const double* sigma, int n, double eps, double u, double* q) noexcept nogil:
+    """Sample from eps * uniform + (1 - eps) * sigma; q receives the chosen prob."""
+    cdef int i
+    cdef double acc = 0.0, qi = 0.0
+    for i in range(n):
+        qi = eps / n + (1.0 - eps) * sigma[i]
+        acc += qi
+        if u < acc:
+            q[0] = qi
+            return i
+    q[0] = qi
+    return n - 1
+
+
+cdef double _cutoff_value(Core* c, Machine* m) noexcept nogil:
+    cdef double out[2]
+    cdef double total = 0.0
+    cdef int k, n
+    cdef int* legal = m.legal + (c.params.max_depth) * c.max_legal   # last frame's row as scratch
+    if c.params.rollouts <= 0:
+        c.gd.returns(c.gd.cfg, m.state, out)
+        return out[m.traverser] * c.params.value_scale
+    for k in range(c.params.rollouts):
+        memcpy(m.scratch, m.state, c.gd.state_size)
+        while True:
+            n = c.gd.legal_actions(c.gd.cfg, m.scratch, legal)
+            if n == 0:
+                break
+            c.gd.apply_action(c.gd.cfg, m.scratch, legal[rng_below(&m.rng, n)],
+                              m.undo + c.params.max_depth * c.gd.undo_size)
+            c.stats.rollout_moves += 1
+        c.gd.returns(c.gd.cfg, m.scratch, out)
+        total += out[m.traverser]
+    return total / c.params.rollouts * c.params.value_scale
+
+
+cdef bint _load_next(Core* c, Machine* m) noexcept nogil:
+    """Start the next queued traversal on m; False when the queue is empty."""
+    if c.queue_pos >= c.queue_len:
+        m.status = M_DONE
+        return False
+    m.traversal_id = c.queue_ids[c.queue_pos]
+    m.traverser = c.queue_traverser[c.queue_pos]
+    c.queue_pos += 1
+    m.rng = rng_seed(c.run_seed, <uint64_t>c.iteration, <uint64_t>m.traversal_id)
+    c.gd.deal_seed(c.gd.cfg, m.state, &m.rng)
+    m.depth = 0
+    m.seq = 0
+    m.nodes = 0
+    m.opp_nodes = 0
+    m.ret = 0.0
+    m.frames[0].stage = ST_ENTER
+    m.frames[0].reach = 1.0
+    m.status = M_RUNNABLE
+    return True
+
+
+cdef inline int64_t _reserve(SampleBuf* b) noexcept nogil:
+    """Row index for one sample, or -1 when the buffer is full."""
+    if b.count >= b.capacity:
+        return -1
+    b.count += 1
+    return b.count - 1
+
+
+cdef void _write_common(Core* c, SampleBuf* b, int64_t row, Machine* m, Frame* f,
+                        const int* legal, const double* target) noexcept nogil:
+    cdef int i
+    cdef float* t = b.target + row * c.num_actions
+    cdef uint8_t* mk = b.mask + row * c.num_actions
+    c.gd.info_state(c.gd.cfg, m.state, f.player, b.info + row * c.tensor_size)
+    memset(t, 0, c.num_actions * sizeof(float))
+    memset(mk, 0, c.num_actions)
+    for i in range(f.n_legal):
+        t[legal[i]] = <float>target[i]
+        mk[legal[i]] = 1
+    b.weight[row] = c.weight
+    b.player[row] = <int8_t>f.player
+    b.traversal[row] = m.traversal_id
+    b.seq[row] = m.seq
+    m.seq += 1
+
+
+cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
+    """Advance m until it parks, blocks or finishes its traversal queue."""
+    cdef Frame* f
+    cdef Frame* child
+    cdef int* legal
+    cdef double* sigma
+    cdef double* values
+    cdef double q, v, cv, r, clip = c.params.value_clip
+    cdef double tmp[2]
+    cdef int i, a, L = c.max_legal
+    cdef int64_t row
+    cdef bint finished
+    cdef double targets_buf[1]
+    while True:
+        f = &m.frames[m.depth]
+        legal = m.legal + m.depth * L
+        sigma = m.sigma + m.depth * L
+        values = m.values + m.depth * L
+        finished = False
+        if f.stage == ST_ENTER:
+            m.nodes += 1
+            c.stats.nodes += 1
+            c.stats.depth_hist[m.depth if m.depth < DEPTH_BINS else DEPTH_BINS - 1] += 1
+            if c.gd.is_terminal(c.gd.cfg, m.state):
+                c.gd.returns(c.gd.cfg, m.state, tmp)
+                m.ret = tmp[m.traverser] * c.params.value_scale
+                c.stats.terminals += 1
+                finished = True
+            elif m.depth >= c.params.max_depth or m.nodes > c.params.max_nodes:
+                m.ret = _cutoff_value(c, m)
+                c.stats.cutoffs += 1
+                finished = True
+            else:
+                f.player = c.gd.current_player(c.gd.cfg, m.state)
+                f.n_legal = c.gd.legal_actions(c.gd.cfg, m.state, legal)
+                if f.n_legal == 1:
+                    c.stats.forced += 1
+                    f.chosen = 0
+                    f.stage = ST_CHILD_PASS
+                    child = &m.frames[m.depth + 1]
+                    child.stage = ST_ENTER
+                    child.reach = f.reach
+                    c.gd.apply_action(c.gd.cfg, m.state, legal[0], m.undo + m.depth * c.gd.undo_size)
+                    m.depth += 1
+                    continue
+                if c.params.uniform_policy:
+                    for i in range(f.n_legal):
+                        sigma[i] = 1.0 / f.n_legal
+                    f.stage = ST_POLICY
+                    continue
+                row = c.n_requests
+                c.n_requests += 1
+                c.gd.info_state(c.gd.cfg, m.state, f.player, c.requests + row * c.tensor_size)
+                c.request_model[row] = c.params.model_ids[f.player]
+                c.request_machine[row] = index
+                c.stats.queries += 1
+                f.stage = ST_POLICY
+                m.status = M_WAITING
+                return M_WAITING
+        elif f.stage == ST_POLICY:
+            if f.player == m.traverser:
+                if c.params.algorithm == ALG_EXTERNAL:
+                    f.next_child = 0
+                    f.stage = ST_EXPAND
+                else:
+                    f.chosen = _sample_explore(sigma, f.n_legal, c.params.epsilon, rng_double(&m.rng), &q)
+                    f.stage = ST_CHILD_OS
+                    child = &m.frames[m.depth + 1]
+                    child.stage = ST_ENTER
+                    child.reach = f.reach * q
+                    c.gd.apply_action(c.gd.cfg, m.state, legal[f.chosen], m.undo + m.depth * c.gd.undo_size)
+                    m.depth += 1
+            else:
+                m.opp_nodes += 1
+                if c.params.strategy_interval > 0 and m.opp_nodes % c.params.strategy_interval == 0:
+                    f.stage = ST_WRITE_STRAT
+                else:
+                    f.stage = ST_SAMPLE_OPP
+        elif f.stage == ST_WRITE_STRAT:
+            row = _reserve(&c.strat)
+            if row < 0:
+                c.stats.blocked += 1
+                m.status = M_BLOCKED
+                return M_BLOCKED
+            _write_common(c, &c.strat, row, m, f, legal, sigma)
+            c.stats.strat_samples += 1
+            f.stage = ST_SAMPLE_OPP
+        elif f.stage == ST_SAMPLE_OPP:
+            f.chosen = _sample(sigma, f.n_legal, rng_double(&m.rng))
+            f.stage = ST_CHILD_PASS
+            child = &m.frames[m.depth + 1]
+            child.stage = ST_ENTER
+            child.reach = f.reach
+            c.gd.apply_action(c.gd.cfg, m.state, legal[f.chosen], m.undo + m.depth * c.gd.undo_size)
+            m.depth += 1
+        elif f.stage == ST_EXPAND:
+            if f.next_child < f.n_legal:
+                f.stage = ST_CHILD_ES
+                child = &m.frames[m.depth + 1]
+                child.stage = ST_ENTER
+                child.reach = f.reach
+                c.gd.apply_action(c.gd.cfg, m.state, legal[f.next_child], m.undo + m.depth * c.gd.undo_size)
+                m.depth += 1
+            else:
+                f.stage = ST_WRITE_ADV
+        elif f.stage == ST_CHILD_ES:
+            values[f.next_child] = m.ret
+            f.next_child += 1
+            f.stage = ST_EXPAND
+        elif f.stage == ST_WRITE_ADV:
+            row = _reserve(&c.adv)
+            if row < 0:
+                c.stats.blocked += 1
+                m.status = M_BLOCKED
+                return M_BLOCKED
+            v = 0.0
+            for i in range(f.n_legal):
+                v += sigma[i] * values[i]
+            for i in range(f.n_legal):
+                values[i] = values[i] - v
+            _write_common(c, &c.adv, row, m, f, legal, values)
+            c.stats.adv_samples += 1
+            m.ret = v
+            finished = True
+        elif f.stage == ST_CHILD_OS:
+            row = _reserve(&c.adv)
+            if row < 0:
+                c.stats.blocked += 1
+                m.status = M_BLOCKED
+                return M_BLOCKED
+            q = c.params.epsilon / f.n_legal + (1.0 - c.params.epsilon) * sigma[f.chosen]
+            cv = m.ret / q
+            v = sigma[f.chosen] * cv
+            for i in range(f.n_legal):
+                r = ((cv if i == f.chosen else 0.0) - v) / f.reach
+                if clip > 0.0:
+                    if r > clip:
+                        r = clip
+                    elif r < -clip:
+                        r = -clip
+                values[i] = r
+            _write_common(c, &c.adv, row, m, f, legal, values)
+            c.stats.adv_samples += 1
+            m.ret = v
+            finished = True
+        elif f.stage == ST_CHILD_PASS:
+            finished = True
+        if finished:
+            # return m.ret to the parent frame
+            if m.depth == 0:
+                c.stats.traversals += 1
+                if not _load_next(c, m):
+                    return M_DONE
+                continue
+            m.depth -= 1
+            c.gd.undo_action(c.gd.cfg, m.state, m.undo + m.depth * c.gd.undo_size)
+
+
+cdef int _step_all(Core* c) noexcept nogil:
+    cdef int i
+    cdef Machine* m
+    for i in range(c.n_machines):
+        m = &c.machines[i]
+        if m.status == M_IDLE:
+            if not _load_next(c, m):
+                continue
+        if m.status == M_RUNNABLE or m.status == M_BLOCKED:
+            m.status = M_RUNNABLE
+            m.status = _step_machine(c, m, i)
+    return c.n_requests
+
+
+cdef void _resume(Core* c, int n) noexcept nogil:
+    cdef int r
+    cdef Machine* m
+    cdef Frame* f
+    for r in range(n):
+        m = &c.machines[c.request_machine[r]]
+        f = &m.frames[m.depth]
+        _regret_match(c.advantages + r * c.num_actions, m.legal + m.depth * c.max_legal, f.n_legal,
+                      m.sigma + m.depth * c.max_legal, c.params.fallback_uniform != 0, &c.stats)
+        m.status = M_RUNNABLE
+    c.n_requests = 0
+
+
+# ---------------------------------------------------------------------------
+# Python face
+
+STAT_FIELDS = ("nodes", "terminals", "cutoffs", "queries", "forced", "fallbacks", "adv_samples",
+               "strat_samples", "traversals", "blocked", "rollout_moves")
+
+
+class SampleArrays(dict):
+    """Columns of drained samples: info, target, mask, weight, player, traversal, seq."""
+
+    def __len__(self):
+        return len(self["weight"])
+
+
+def _alloc_samples(int capacity, int tensor_size, int num_actions):
+    return {
+        "info": np.zeros((capacity, tensor_size), np.float32),
+        "target": np.zeros((capacity, num_actions), np.float32),
+        "mask": np.zeros((capacity, num_actions), np.uint8),
+        "weight": np.zeros(capacity, np.float32),
+        "player": np.zeros(capacity, np.int8),
+        "traversal": np.zeros(capacity, np.int64),
+        "seq": np.zeros(capacity, np.int32),
+    }
+
+
+cdef void _bind_samples(SampleBuf* b, dict arrays):
+    cdef float[:, ::1] info = arrays["info"]
+    cdef float[:, ::1] target = arrays["target"]
+    cdef uint8_t[:, ::1] mask = arrays["mask"]
+    cdef float[::1] weight = arrays["weight"]
+    cdef int8_t[::1] player = arrays["player"]
+    cdef int64_t[::1] traversal = arrays["traversal"]
+    cdef int32_t[::1] seq = arrays["seq"]
+    b.capacity = weight.shape[0]
+    b.count = 0
+    b.info = &info[0, 0]
+    b.target = &target[0, 0]
+    b.mask = &mask[0, 0]
+    b.weight = &weight[0]
+    b.player = &player[0]
+    b.traversal = &traversal[0]
+    b.seq = &seq[0]
+
+
+cdef class MachineGroup:
+    """M traversal state machines over one game, with their buffers.
+
+    Python owns every buffer (numpy); C keeps pointers set once here.
+    """
+    cdef Core core
+    cdef readonly object game
+    cdef readonly object requests           # float32 [M, tensor_size]
+    cdef readonly object request_model      # int32 [M]
+    cdef readonly object request_machine    # int32 [M]
+    cdef readonly object advantages         # float32 [M, num_actions]
+    cdef dict _adv
+    cdef dict _strat
+    cdef object _queue_ids
+    cdef object _queue_traverser
+    cdef char* _arena
+
+    def __cinit__(self):
+        memset(&self.core, 0, sizeof(Core))
+        self._arena = NULL
+
+    def __init__(self, Game game, config, int n_machines=256, int adv_capacity=65536,
+                 int strat_capacity=65536):
+        cdef Core* c = &self.core
+        cdef int i, D, L
+        cdef Machine* m
+        cdef size_t per_machine, off
+        if n_machines < 1:
+            raise ValueError(f"n_machines must be >= 1, got {n_machines}")
+        if adv_capacity < 1 or strat_capacity < 1:
+            raise ValueError("sample buffer capacities must be >= 1")
+        self.game = game
+        c.gd = game.gd
+        c.tensor_size = game.gd.tensor_size
+        c.num_actions = game.gd.num_actions
+        c.max_legal = game.gd.max_legal if game.gd.max_legal > 0 else game.gd.num_actions
+        c.n_machines = n_machines
+        self._set_params(config)
+        D = c.params.max_depth + 1
+        L = c.max_legal
+        # one arena for every machine: structs, frames, legal/sigma/values rows, undo, states
+        per_machine = (sizeof(Frame) * D + sizeof(int) * D * L + 2 * sizeof(double) * D * L
+                       + <size_t>c.gd.undo_size * (D + 1) + 2 * <size_t>c.gd.state_size)
+        per_machine = (per_machine + 63) & ~(<size_t>63)
+        self._arena = <char*>calloc(1, sizeof(Machine) * n_machines + per_machine * n_machines + 64)
+        if self._arena == NULL:
+            raise MemoryError(f"cannot allocate {n_machines} machines of depth {D - 1}")
+        c.machines = <Machine*>self._arena
+        off = (sizeof(Machine) * n_machines + 63) & ~(<size_t>63)
+        for i in range(n_machines):
+            m = &c.machines[i]
+            m.frames = <Frame*>(self._arena + off); off += sizeof(Frame) * D
+            m.sigma = <double*>(self._arena + off); off += sizeof(double) * D * L
+            m.values = <double*>(self._arena + off); off += sizeof(double) * D * L
+            m.legal = <int*>(self._arena + off); off += sizeof(int) * D * L
+            m.state = self._arena + off; off += c.gd.state_size
+            m.scratch = self._arena + off; off += c.gd.state_size
+            m.undo = self._arena + off; off += c.gd.undo_size * (D + 1)
+            off = (off + 63) & ~(<size_t>63)
+            m.status = M_DONE
+        self.requests = np.zeros((n_machines, c.tensor_size), np.float32)
+        self.request_model = np.zeros(n_machines, np.int32)
+        self.request_machine = np.zeros(n_machines, np.int32)
+        self.advantages = np.zeros((n_machines, c.num_actions), np.float32)
+        cdef float[:, ::1] req = self.requests
+        cdef int32_t[::1] rm = self.request_model
+        cdef int32_t[::1] rmach = self.request_machine
+        cdef float[:, ::1] adv = self.advantages
+        c.requests = &req[0, 0]
+        c.request_model = &rm[0]
+        c.request_machine = &rmach[0]
+        c.advantages = &adv[0, 0]
+        self._adv = _alloc_samples(adv_capacity, c.tensor_size, c.num_actions)
+        self._strat = _alloc_samples(strat_capacity, c.tensor_size, c.num_actions)
+        _bind_samples(&c.adv, self._adv)
+        _bind_samples(&c.strat, self._strat)
+        self._queue_ids = np.zeros(0, np.int64)
+        self._queue_traverser = np.zeros(0, np.int8)
+
+    def __dealloc__(self):
+        free(self._arena)
+
+    def _set_params(self, config):
+        cdef Params* p = &self.core.params
+        alg = config.algorithm
+        if alg not in ("external", "outcome"):
+            raise ValueError(f"algorithm must be 'external' or 'outcome', got {alg!r}")
+        p.algorithm = ALG_EXTERNAL if alg == "external" else ALG_OUTCOME
+        if not 0.0 <= config.epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {config.epsilon}")
+        if p.algorithm == ALG_OUTCOME and config.epsilon <= 0.0:
+            raise ValueError("outcome sampling needs epsilon > 0")
+        p.epsilon = config.epsilon
+        if config.value_clip < 0:
+            raise ValueError(f"value_clip must be >= 0, got {config.value_clip}")
+        p.value_clip = config.value_clip
+        p.value_scale = config.value_scale
+        max_depth = config.max_depth if config.max_depth > 0 else self.game.max_game_length()
+        if max_depth < 1 or max_depth > 100000:
+            raise ValueError(f"max_depth must be in [1, 100000], got {max_depth}")
+        p.max_depth = max_depth
+        p.max_nodes = config.max_nodes if config.max_nodes > 0 else (1 << 62)
+        if config.rollouts < 0:
+            raise ValueError(f"rollouts must be >= 0, got {config.rollouts}")
+        p.rollouts = config.rollouts
+        if config.fallback not in ("argmax", "uniform"):
+            raise ValueError(f"fallback must be 'argmax' or 'uniform', got {config.fallback!r}")
+        p.fallback_uniform = config.fallback == "uniform"
+        if config.strategy_interval < 0:
+            raise ValueError(f"strategy_interval must be >= 0, got {config.strategy_interval}")
+        p.strategy_interval = config.strategy_interval
+        p.uniform_policy = 1 if config.uniform_policy else 0
+        p.model_ids[0] = config.model_ids[0]
+        p.model_ids[1] = config.model_ids[1]
+
+    # ---- jobs
+    def start(self, traversal_ids, traversers, int64_t iteration, uint64_t run_seed, float weight=1.0):
+        """Queue traversals: ids (int64) with their traverser players. The
+        machines take them in order; any earlier queue must be finished."""
+        cdef Core* c = &self.core
+        cdef int i
+        if not self.finished():
+            raise RuntimeError("start(): the previous traversals have not finished")
+        ids = np.ascontiguousarray(traversal_ids, dtype=np.int64)
+        trav = np.ascontiguousarray(np.broadcast_to(traversers, ids.shape), dtype=np.int8)
+        if ids.ndim != 1:
+            raise ValueError("traversal_ids must be one-dimensional")
+        if len(trav) and (trav.min() < 0 or trav.max() > 1):
+            raise ValueError("traversers must be 0 or 1")
+        self._queue_ids = ids
+        self._queue_traverser = trav
+        cdef int64_t[::1] qi = self._queue_ids
+        cdef int8_t[::1] qt = self._queue_traverser
+        c.queue_ids = &qi[0] if len(ids) else NULL
+        c.queue_traverser = &qt[0] if len(ids) else NULL
+        c.queue_len = len(ids)
+        c.queue_pos = 0
+        c.iteration = iteration
+        c.run_seed = run_seed
+        c.weight = weight
+        for i in range(c.n_machines):
+            c.machines[i].status = M_IDLE
+
+    def step(self):
+        """Advance every runnable machine (GIL released); returns the number of
+        request rows now waiting in requests/request_model/request_machine."""
+        cdef int n
+        if self.core.n_requests:
+            raise RuntimeError("step(): resume() the waiting requests first")
+        with nogil:
+            n = _step_all(&self.core)
+        return n
+
+    def resume(self, int n):
+        """Continue the machines of request rows [0, n) from advantages[:n]."""
+        if n != self.core.n_requests:
+            raise ValueError(f"resume({n}): {self.core.n_requests} requests are waiting")
+        with nogil:
+            _resume(&self.core, n)
+
+    @property
+    def n_requests(self):
+        return self.core.n_requests
+
+    def finished(self):
+        """True when every queued traversal has completed."""
+        cdef int i
+        for i in range(self.core.n_machines):
+            if self.core.machines[i].status != M_DONE:
+                return False
+        return True
+
+    def blocked(self):
+        """Machines waiting for a sample buffer drain."""
+        cdef int i, n = 0
+        for i in range(self.core.n_machines):
+            n += self.core.machines[i].status == M_BLOCKED
+        return n
+
+    def pending(self):
+        """Traversals queued or running (not yet completed)."""
+        cdef int i, n = self.core.queue_len - self.core.queue_pos
+        for i in range(self.core.n_machines):
+            n += self.core.machines[i].status in (M_RUNNABLE, M_WAITING, M_BLOCKED)
+        return n
+
+    # ---- samples
+    cdef object _drain(self, SampleBuf* b, dict arrays):
+        n = b.count
+        out = SampleArrays({k: v[:n].copy() for k, v in arrays.items()})
+        b.count = 0
+        return out
+
+    def drain_advantage(self):
+        """Filled advantage rows (copied out as column arrays); the buffer is emptied."""
+        return self._drain(&self.core.adv, self._adv)
+
+    def drain_strategy(self):
+        return self._drain(&self.core.strat, self._strat)
+
+    def sample_counts(self):
+        return int(self.core.adv.count), int(self.core.strat.count)
+
+    # ---- stats
+    def stats(self, reset=False):
+        """Counters summed in C since the last reset, as a dict."""
+        cdef Stats* s = &self.core.stats
+        out = {name: getattr_stat(s, i) for i, name in enumerate(STAT_FIELDS)}
+        out["depth_hist"] = [s.depth_hist[i] for i in range(DEPTH_BINS)]
+        if reset:
+            memset(s, 0, sizeof(Stats))
+        return out
+
+
+cdef int64_t getattr_stat(Stats* s, int i):
+    cdef int64_t* fields = <int64_t*>s
+    return fields[i]

@@ -1,0 +1,28 @@
+"""Traversal settings (one dataclass; the trainer embeds it in its config)."""
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TraverserConfig:
+    algorithm: str = "external"
+    """'external' (every traverser action expanded) or 'outcome' (one sampled action)."""
+    epsilon: float = 0.6
+    """Outcome sampling: exploration mixed into the traverser's sampling policy."""
+    value_clip: float = 0.0
+    """Outcome sampling: clip |regret targets| to this (0 = no clip)."""
+    value_scale: float = 1.0
+    """Multiplies every utility before it enters a target (e.g. 0.01 for Lost Cities points)."""
+    max_depth: int = 0
+    """Decisions from the root before a cutoff (0 = the game's maximum length)."""
+    max_nodes: int = 0
+    """Nodes per traversal before every further node is a cutoff (0 = no limit)."""
+    rollouts: int = 0
+    """Cutoff value: 0 = returns as they stand (score difference), k = mean of k random rollouts."""
+    fallback: str = "argmax"
+    """Regret matching when no regret is positive: 'argmax' or 'uniform'."""
+    strategy_interval: int = 1
+    """Write a strategy sample at every n-th opponent decision node (0 = never)."""
+    uniform_policy: bool = False
+    """No network: a uniform policy at every node (measures the engine-side limit)."""
+    model_ids: tuple = field(default=(0, 1))
+    """Request model id of each player's advantage network."""

@@ -1,0 +1,128 @@
+"""In-process traversal: the local evaluator (a real PyTorch forward on a
+group's request buffer) and the driver that runs machine groups on K threads.
+
+Python runs here once per batch, never per node.
+"""
+import threading
+
+import numpy as np
+import torch
+
+from traverser._traverse import MachineGroup, STAT_FIELDS, SampleArrays
+
+
+class LocalEvaluator:
+    """Answers a group's requests with one batched forward per model present.
+
+    models: {model_id: torch.nn.Module}. Rows asking for an unknown model
+    raise KeyError naming it.
+    """
+
+    def __init__(self, models, device="cpu"):
+        self.device = torch.device(device)
+        self.models = {int(k): m.to(self.device).eval() for k, m in models.items()}
+        self.forwards = 0
+        self.rows = 0
+
+    @torch.inference_mode()
+    def __call__(self, group, n):
+        if n == 0:
+            return
+        req = torch.from_numpy(group.requests[:n])
+        out = torch.from_numpy(group.advantages[:n])
+        ids = group.request_model[:n]
+        first = int(ids[0])
+        if (ids == first).all():
+            out.copy_(self._forward(first, req))
+            self.forwards += 1
+        else:
+            for m in np.unique(ids):
+                idx = torch.from_numpy(np.flatnonzero(ids == m))
+                out[idx] = self._forward(int(m), req[idx])
+                self.forwards += 1
+        self.rows += n
+
+    def _forward(self, model_id, x):
+        try:
+            model = self.models[model_id]
+        except KeyError:
+            raise KeyError(f"no model {model_id} loaded (have {sorted(self.models)})") from None
+        return model(x.to(self.device, non_blocking=True)).float().cpu()
+
+
+def _concat(parts, empty):
+    if not parts:
+        return empty
+    return SampleArrays({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+
+
+def _run_groups(groups, evaluator, adv_parts, strat_parts, errors):
+    try:
+        while True:
+            active = False
+            for g in groups:
+                if g.finished() and g.n_requests == 0:
+                    continue
+                active = True
+                n = g.step()
+                if n:
+                    evaluator(g, n)
+                    g.resume(n)
+                if g.blocked() or g.finished():
+                    adv_parts.append(g.drain_advantage())
+                    strat_parts.append(g.drain_strategy())
+            if not active:
+                break
+        for g in groups:
+            adv_parts.append(g.drain_advantage())
+            strat_parts.append(g.drain_strategy())
+    except BaseException as e:  # surfaced by run_local in the calling thread
+        errors.append(e)
+
+
+def run_local(game, config, traversal_ids, traversers, iteration=1, run_seed=0, weight=None,
+              evaluator=None, groups=1, machines=256, threads=1, capacity=65536):
+    """Run traversals in process; returns (advantage samples, strategy samples, stats).
+
+    traversal_ids are split round-robin over `groups` machine groups of
+    `machines` each, stepped by `threads` Python threads (the stepping and the
+    forwards release the GIL). evaluator may be None only with
+    config.uniform_policy.
+    """
+    if evaluator is None and not config.uniform_policy:
+        raise ValueError("run_local needs an evaluator unless config.uniform_policy is set")
+    if threads < 1 or groups < 1 or groups < threads:
+        raise ValueError(f"need groups >= threads >= 1, got groups={groups} threads={threads}")
+    ids = np.asarray(traversal_ids, dtype=np.int64)
+    trav = np.broadcast_to(np.asarray(traversers, dtype=np.int8), ids.shape)
+    weight = float(iteration if weight is None else weight)
+    group_list = []
+    for i in range(groups):
+        g = MachineGroup(game, config, n_machines=machines, adv_capacity=capacity, strat_capacity=capacity)
+        g.start(ids[i::groups], trav[i::groups], iteration, run_seed, weight)
+        group_list.append(g)
+    adv_parts, strat_parts, errors = [], [], []
+    workers = [threading.Thread(target=_run_groups, args=(group_list[t::threads], evaluator,
+                                                          adv_parts, strat_parts, errors))
+               for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    stats = merge_stats([g.stats() for g in group_list])
+    empty = group_list[0].drain_advantage()
+    return _concat(adv_parts, empty), _concat(strat_parts, empty), stats
+
+
+def merge_stats(stats_list):
+    out = {k: sum(s[k] for s in stats_list) for k in STAT_FIELDS}
+    out["depth_hist"] = [sum(col) for col in zip(*(s["depth_hist"] for s in stats_list))]
+    return out
+
+
+def sort_samples(samples):
+    """Rows ordered by (traversal id, position): a canonical order for comparisons."""
+    order = np.lexsort((samples["seq"], samples["traversal"]))
+    return SampleArrays({k: v[order] for k, v in samples.items()})
