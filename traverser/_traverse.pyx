@@ -658,3 +658,22 @@ cdef class MachineGroup:
 cdef int64_t getattr_stat(Stats* s, int i):
     cdef int64_t* fields = <int64_t*>s
     return fields[i]
+
+
+# ---------------------------------------------------------------------------
+# tiny wrappers so tests reach the nogil internals
+
+def _py_regret_match(adv, legal, bint uniform_fallback):
+    """(sigma, fallback fired) from the C regret matching."""
+    cdef float[::1] a = np.ascontiguousarray(adv, dtype=np.float32)
+    cdef int[::1] l = np.ascontiguousarray(legal, dtype=np.intc)
+    cdef double[::1] sigma = np.zeros(len(legal), np.float64)
+    cdef Stats stats
+    memset(&stats, 0, sizeof(Stats))
+    _regret_match(&a[0], &l[0], len(legal), &sigma[0], uniform_fallback, &stats)
+    return np.asarray(sigma), bool(stats.fallbacks)
+
+
+def _py_sample(p, double u):
+    cdef double[::1] pp = np.ascontiguousarray(p, dtype=np.float64)
+    return _sample(&pp[0], len(p), u)
