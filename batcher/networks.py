@@ -8,7 +8,7 @@ from torch import nn
 class MLP(nn.Module):
     """info-state (tensor_size) -> hidden layers with ReLU -> num_actions."""
 
-    def __init__(self, input_size, num_actions, hidden=(512, 512, 512)):
+    def __init__(self, input_size, num_actions, hidden=(512, 512, 512), input_scale=None):
         super().__init__()
         if input_size < 1 or num_actions < 1 or any(h < 1 for h in hidden):
             raise ValueError(f"bad MLP shape: {input_size} -> {list(hidden)} -> {num_actions}")
@@ -21,9 +21,13 @@ class MLP(nn.Module):
             width = h
         layers.append(nn.Linear(width, self.num_actions))
         self.net = nn.Sequential(*layers)
+        scale = torch.ones(self.input_size) if input_scale is None else torch.as_tensor(input_scale, dtype=torch.float32)
+        if scale.shape != (self.input_size,):
+            raise ValueError(f"input_scale has shape {tuple(scale.shape)}, expected ({self.input_size},)")
+        self.register_buffer("input_scale", scale.clone())
 
     def forward(self, x):
-        return self.net(x)
+        return self.net(x * self.input_scale)
 
     def spec(self):
         """Constructor arguments, enough to rebuild the net (no pickling)."""
@@ -31,6 +35,7 @@ class MLP(nn.Module):
 
 
 def build_mlp(spec):
+    """An MLP of the given spec; its input_scale comes with the weights."""
     return MLP(spec["input_size"], spec["num_actions"], tuple(spec["hidden"]))
 
 
@@ -39,7 +44,8 @@ def net_for_game(game, hidden=(512, 512, 512), seed=None):
     if seed is not None:
         gen_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
-    net = MLP(game.information_state_tensor_size(), game.num_distinct_actions(), hidden)
+    net = MLP(game.information_state_tensor_size(), game.num_distinct_actions(), hidden,
+              input_scale=game.input_scale())
     if seed is not None:
         torch.random.set_rng_state(gen_state)
     return net

@@ -64,6 +64,10 @@ cdef class Game:
         """[(name, size), ...] in tensor order; the sizes sum to the tensor size."""
         raise NotImplementedError
 
+    def input_scale(self):
+        """Per-entry multipliers for network inputs (all 1 unless a game says otherwise)."""
+        return [1.0] * self.gd.tensor_size
+
     def action_to_string(self, int action):
         raise NotImplementedError
 

@@ -301,6 +301,7 @@ cdef void _returns(const void* cfgp, const void* state, double* out) noexcept no
 # Info-state segments, in order (K = num_kinds, C = colours). Only what
 # `player` can see: its own hand, both expeditions, the discard piles, the
 # cards the opponent is known to hold (taken from a pile), and public counters.
+# Scores are not included: they are a function of the expeditions.
 SEGMENTS = (
     ("player", "2"),            # one-hot: whose view this is
     ("to_move", "1"),           # 1 if this player acts next
@@ -312,10 +313,11 @@ SEGMENTS = (
     ("discards", "K"),          # cards per kind in the discard piles
     ("discard_tops", "K"),      # one-hot per colour: the drawable top of each pile
     ("blocked_pile", "C"),      # one-hot: the pile discarded onto this turn
-    ("deck_fraction", "1"),     # deck cards left / deck size after the deal
-    ("turn_fraction", "1"),     # turns played / turn cap
-    ("scores", "2"),            # own and opponent score as they stand, / 100
+    ("deck_count", "1"),        # cards left in the deck
+    ("turn", "1"),              # turns played
 )
+# Every entry is a small non-negative integer, so rows travel exactly as uint8
+# (while max_turns <= 255); networks rescale them with input_scale().
 
 
 cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float* out) noexcept nogil:
@@ -346,10 +348,8 @@ cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float
     if s.blocked >= 0:
         out[pos + s.blocked] = 1.0
     pos += cfg.colours
-    out[pos] = <float>s.deck_len / cfg.deck_size
-    out[pos + 1] = <float>s.turn / cfg.max_turns
-    out[pos + 2] = lc_score(cfg, s, player) * 0.01
-    out[pos + 3] = lc_score(cfg, s, o) * 0.01
+    out[pos] = s.deck_len
+    out[pos + 1] = s.turn
 
 
 cdef void _info_state(const void* cfgp, const void* state, int player, float* out) noexcept nogil:
@@ -693,6 +693,18 @@ cdef class LostCitiesGame(Game):
 
     def information_state_segments(self):
         return [(name, self._segment_size(sz)) for name, sz in SEGMENTS]
+
+    def input_scale(self):
+        """Per-entry multipliers that bring the integer tensor to about [0, 1]
+        (used by the networks' first layer)."""
+        scale = []
+        for name, size in self.information_state_segments():
+            div = {"hand": self.cfg.wagers or 1, "my_expeditions": self.cfg.wagers or 1,
+                   "opp_expeditions": self.cfg.wagers or 1, "opp_known_hand": self.cfg.wagers or 1,
+                   "discards": self.cfg.wagers or 1, "deck_count": self.cfg.deck_size,
+                   "turn": self.cfg.max_turns}.get(name, 1)
+            scale += [1.0 / max(div, 1)] * size
+        return scale
 
     # ---- cards, kinds and actions as text
     def kind_to_string(self, int kind):

@@ -280,7 +280,10 @@ def test_segments_decode_by_name():
     view = state.information_state_dict(0)
     assert list(view) == [n for n, _ in game.information_state_segments()]
     assert view["hand"].sum() == 8 and view["player"].tolist() == [1, 0]
-    assert view["deck_fraction"][0] == 1.0 and view["phase"].tolist() == [1, 0]
+    assert view["deck_count"][0] == 44 and view["turn"][0] == 0 and view["phase"].tolist() == [1, 0]
+    t = state.information_state_tensor(0)
+    assert (t == np.round(t)).all() and t.min() >= 0 and t.max() <= 255   # exact as uint8
+    assert len(game.input_scale()) == t.size
     hand = [game.kind_to_string(k) for k in np.flatnonzero(view["hand"]) for _ in range(int(view["hand"][k]))]
     assert sorted(hand) == sorted(state.hand(0))
 

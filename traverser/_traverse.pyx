@@ -462,8 +462,8 @@ cdef class MachineGroup:
         memset(&self.core, 0, sizeof(Core))
         self._arena = NULL
 
-    def __init__(self, Game game, config, int n_machines=256, int adv_capacity=65536,
-                 int strat_capacity=65536):
+    def __init__(self, Game game, config, int n_machines=256, int adv_capacity=4096,
+                 int strat_capacity=4096):
         cdef Core* c = &self.core
         cdef int i, D, L
         cdef Machine* m
@@ -564,8 +564,8 @@ cdef class MachineGroup:
         cdef int i
         if not self.finished():
             raise RuntimeError("start(): the previous traversals have not finished")
-        ids = np.ascontiguousarray(traversal_ids, dtype=np.int64)
-        trav = np.ascontiguousarray(np.broadcast_to(traversers, ids.shape), dtype=np.int8)
+        ids = np.array(traversal_ids, dtype=np.int64, copy=True, order="C")
+        trav = np.array(np.broadcast_to(traversers, ids.shape), dtype=np.int8, copy=True, order="C")
         if ids.ndim != 1:
             raise ValueError("traversal_ids must be one-dimensional")
         if len(trav) and (trav.min() < 0 or trav.max() > 1):

@@ -56,7 +56,7 @@ def _concat(parts, empty):
     return SampleArrays({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
 
 
-def _run_groups(groups, evaluator, adv_parts, strat_parts, errors):
+def _run_groups(groups, evaluator, sink, errors):
     try:
         while True:
             active = False
@@ -69,20 +69,21 @@ def _run_groups(groups, evaluator, adv_parts, strat_parts, errors):
                     evaluator(g, n)
                     g.resume(n)
                 if g.blocked() or g.finished():
-                    adv_parts.append(g.drain_advantage())
-                    strat_parts.append(g.drain_strategy())
+                    sink(g.drain_advantage(), g.drain_strategy())
             if not active:
                 break
         for g in groups:
-            adv_parts.append(g.drain_advantage())
-            strat_parts.append(g.drain_strategy())
+            sink(g.drain_advantage(), g.drain_strategy())
     except BaseException as e:  # surfaced by run_local in the calling thread
         errors.append(e)
 
 
 def run_local(game, config, traversal_ids, traversers, iteration=1, run_seed=0, weight=None,
-              evaluator=None, groups=1, machines=256, threads=1, capacity=65536):
+              evaluator=None, groups=1, machines=256, threads=1, capacity=4096, sink=None):
     """Run traversals in process; returns (advantage samples, strategy samples, stats).
+
+    With `sink`, each drained chunk goes to sink(adv, strat) (called from the
+    stepping threads) and the returned sample arrays are empty.
 
     traversal_ids are split round-robin over `groups` machine groups of
     `machines` each, stepped by `threads` Python threads (the stepping and the
@@ -102,8 +103,14 @@ def run_local(game, config, traversal_ids, traversers, iteration=1, run_seed=0, 
         g.start(ids[i::groups], trav[i::groups], iteration, run_seed, weight)
         group_list.append(g)
     adv_parts, strat_parts, errors = [], [], []
+    lock = threading.Lock()
+
+    def collect(adv, strat):
+        with lock:
+            adv_parts.append(adv)
+            strat_parts.append(strat)
     workers = [threading.Thread(target=_run_groups, args=(group_list[t::threads], evaluator,
-                                                          adv_parts, strat_parts, errors))
+                                                          sink or collect, errors))
                for t in range(threads)]
     for w in workers:
         w.start()
