@@ -1,0 +1,148 @@
+"""Client side of the batcher protocol (one DEALER socket; not thread-safe:
+one client per thread).
+
+Inference is asynchronous: `send_infer` returns a request id at once and
+`poll` collects replies. A request unanswered for `resend_s` is sent again
+with the same id (the batcher may have restarted and lost it; inference is
+pure, so a duplicate answer is harmless and ignored); one unanswered for
+`timeout_s` raises BatcherTimeout. Control calls (`push_weights`, `stats`,
+`ping`) are synchronous with the same timeout.
+"""
+import itertools
+import time
+
+import numpy as np
+import zmq
+
+from batcher import protocol as P
+from batcher.weights import net_to_bytes
+
+
+class BatcherError(RuntimeError):
+    """The batcher answered with an error reply."""
+
+    def __init__(self, code, message):
+        super().__init__(f"batcher error [{code}]: {message}")
+        self.code = code
+
+
+class BatcherTimeout(TimeoutError):
+    pass
+
+
+class BatcherClient:
+    def __init__(self, endpoint, timeout_s=60.0, resend_s=5.0, context=None):
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.resend_s = resend_s
+        self.ctx = context or zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        self.sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        self.sock.setsockopt(zmq.SNDHWM, 100000)
+        self.sock.setsockopt(zmq.RCVHWM, 100000)
+        self.sock.connect(endpoint)
+        self._ids = itertools.count(1)
+        self.in_flight = {}      # id -> [frames, first_sent, last_sent]
+        self.resends = 0
+        self.wire_bytes = 0
+
+    def close(self):
+        self.sock.close(0)
+
+    # ---- inference
+    def send_infer(self, model_id, rows):
+        """Queue rows (float32 [n, tensor_size]) for model_id; returns the request id.
+        Rows travel in the narrowest dtype that holds them exactly."""
+        req_id = next(self._ids)
+        dtype, wire = P.compact_rows(rows)
+        frames = P.pack({"type": P.INFER, "id": req_id, "model": int(model_id),
+                         **P.array_header("rows", wire)}, wire)
+        now = time.monotonic()
+        self.in_flight[req_id] = [frames, now, now]
+        self.wire_bytes += wire.nbytes
+        self.sock.send_multipart(frames, copy=False)
+        return req_id
+
+    def poll(self, timeout_ms):
+        """Replies that arrived within timeout_ms: a list of (id, header, array).
+        Error replies to in-flight requests raise BatcherError."""
+        out = []
+        if self.sock.poll(timeout_ms, zmq.POLLIN):
+            while True:
+                try:
+                    frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                item = self._decode(frames)
+                if item is not None:
+                    out.append(item)
+        self._check_in_flight()
+        return out
+
+    def _decode(self, frames):
+        header = P.unpack_header(frames[0].buffer)
+        req_id = header.get("id")
+        if req_id not in self.in_flight:
+            return None                      # a duplicate answer to a resent request
+        del self.in_flight[req_id]
+        if header["type"] == P.ERROR:
+            raise BatcherError(header.get("code"), header.get("error"))
+        arr = None
+        if header["type"] == P.RESULT:
+            arr = P.decode_array(header, "adv", frames[1].buffer, max_bytes=1 << 40)
+        return req_id, header, arr
+
+    def _check_in_flight(self):
+        now = time.monotonic()
+        for req_id, entry in self.in_flight.items():
+            frames, first, last = entry
+            if now - first > self.timeout_s:
+                raise BatcherTimeout(f"no reply from the batcher at {self.endpoint} for {self.timeout_s:.0f} s "
+                                     f"({len(self.in_flight)} requests in flight); is it running?")
+            if now - last > self.resend_s:
+                self.sock.send_multipart(frames, copy=False)
+                entry[2] = now
+                self.resends += 1
+
+    # ---- control (synchronous)
+    def call(self, header, *frames):
+        req_id = next(self._ids)
+        msg = P.pack({**header, "id": req_id}, *frames)
+        now = time.monotonic()
+        self.in_flight[req_id] = [msg, now, now]
+        self.sock.send_multipart(msg, copy=False)
+        while True:
+            for rid, hdr, _ in self.poll(100):
+                if rid == req_id:
+                    return hdr
+
+    def push_weights(self, model_id, net, version):
+        """Install `net` as model_id at `version` (must increase); returns the ack."""
+        spec, blob = net_to_bytes(net)
+        return self.call({"type": P.WEIGHTS, "model": int(model_id), "version": int(version), "spec": spec}, blob)
+
+    def stats(self):
+        return self.call({"type": P.STATS})["stats"]
+
+    def ping(self):
+        return self.call({"type": P.PING})
+
+
+def wait_for_batcher(endpoint, timeout_s=30.0, context=None):
+    """Ping until the batcher answers; returns its pong header."""
+    client = BatcherClient(endpoint, timeout_s=timeout_s, resend_s=0.5, context=context)
+    try:
+        return client.ping()
+    finally:
+        client.close()
+
+
+def infer_blocking(client, model_id, rows):
+    """One synchronous inference (tests and tools)."""
+    req_id = client.send_infer(model_id, np.ascontiguousarray(rows, dtype=np.float32))
+    while True:
+        for rid, header, arr in client.poll(100):
+            if rid == req_id:
+                return header, arr

@@ -1,0 +1,95 @@
+"""The batcher's wire protocol (docs/protocol.md is the written contract).
+
+Every message is a ZeroMQ multipart message: one msgpack header frame, then
+zero or more raw frames. Arrays travel as raw bytes, their dtype and shape in
+the header; weights travel as safetensors bytes. Nothing is ever pickled.
+"""
+import msgpack
+import numpy as np
+
+PROTOCOL_VERSION = 1
+DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
+
+# message types
+INFER = "infer"          # client -> batcher: rows for one model
+RESULT = "result"        # batcher -> client: advantages for those rows
+WEIGHTS = "weights"      # trainer -> batcher: new weights for one model
+ACK = "ack"              # batcher -> trainer: weights installed
+STATS = "stats"          # anyone -> batcher: counters; reply carries them
+PING = "ping"            # liveness; reply is "pong"
+PONG = "pong"
+ERROR = "error"          # batcher -> sender: the request was rejected
+
+# dtypes allowed for arrays on the wire, narrowest first
+WIRE_DTYPES = {"uint8": np.uint8, "float16": np.float16, "float32": np.float32}
+
+
+class ProtocolError(ValueError):
+    """A message broke the protocol; `code` is a short machine-readable tag."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def pack(header, *frames):
+    """[msgpack(header), *frames] ready for send_multipart."""
+    return [msgpack.packb({"v": PROTOCOL_VERSION, **header}, use_bin_type=True), *frames]
+
+
+def unpack_header(frame):
+    """Decode and check the header frame of a message."""
+    try:
+        header = msgpack.unpackb(bytes(frame), raw=False, strict_map_key=True)
+    except Exception as e:
+        raise ProtocolError("bad_header", f"header is not valid msgpack ({type(e).__name__})") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("bad_header", f"header must be a map, got {type(header).__name__}")
+    v = header.get("v")
+    if v != PROTOCOL_VERSION:
+        raise ProtocolError("bad_version", f"protocol version {v!r} not supported (this side speaks {PROTOCOL_VERSION})")
+    if not isinstance(header.get("type"), str):
+        raise ProtocolError("bad_header", "header lacks a string 'type'")
+    return header
+
+
+def compact_rows(x):
+    """The narrowest wire dtype that holds float32 rows `x` exactly, and x in it."""
+    if x.size == 0:
+        return "float32", x
+    lo, hi = x.min(), x.max()
+    if lo >= 0 and hi <= 255:
+        as_u8 = x.astype(np.uint8)
+        if np.array_equal(as_u8, x):
+            return "uint8", as_u8
+    if -65504 <= lo and hi <= 65504:
+        as_f16 = x.astype(np.float16)
+        if np.array_equal(as_f16.astype(np.float32), x):
+            return "float16", as_f16
+    return "float32", np.ascontiguousarray(x, dtype=np.float32)
+
+
+def array_header(name, arr):
+    return {f"{name}_dtype": str(arr.dtype), f"{name}_shape": list(arr.shape)}
+
+
+def decode_array(header, name, frame, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, expect_cols=None):
+    """The 2-D array described by header[name_dtype/name_shape] in `frame`,
+    checked against the header, the size limit and the expected column count."""
+    dtype_name = header.get(f"{name}_dtype")
+    shape = header.get(f"{name}_shape")
+    if dtype_name not in WIRE_DTYPES:
+        raise ProtocolError("bad_dtype", f"{name} dtype {dtype_name!r} not allowed (allowed: {sorted(WIRE_DTYPES)})")
+    if (not isinstance(shape, list) or len(shape) != 2
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
+        raise ProtocolError("bad_shape", f"{name} shape must be [rows, cols] of non-negative ints, got {shape!r}")
+    dtype = np.dtype(WIRE_DTYPES[dtype_name])
+    nbytes = shape[0] * shape[1] * dtype.itemsize
+    if nbytes > max_bytes:
+        raise ProtocolError("too_large", f"{name} of {nbytes} bytes exceeds the {max_bytes}-byte limit")
+    buf = memoryview(frame)
+    if buf.nbytes != nbytes:
+        raise ProtocolError("bad_shape", f"{name} frame has {buf.nbytes} bytes, header says {shape} {dtype_name} = {nbytes}")
+    if expect_cols is not None and shape[1] != expect_cols:
+        raise ProtocolError("bad_shape", f"{name} has {shape[1]} columns, the model takes {expect_cols}")
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)

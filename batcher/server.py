@@ -1,0 +1,391 @@
+"""The batcher: one ROUTER socket, many workers, few large forwards.
+
+Requests (rows for one model) are queued per model. A model's queue is run as
+one forward when it holds max_batch rows, or max_wait_us after its oldest row
+arrived, whichever comes first; requests are never split, so a forward holds
+whole requests (at least one). Replies carry the weight version used.
+Weight updates are installed between batches (the loop is single-threaded),
+so a forward never sees half-loaded weights.
+
+Bad input never stops the service: every malformed, unknown-model or
+oversized message gets an error reply (or is dropped with a log line if it
+cannot even be addressed), and the loop goes on.
+"""
+import collections
+import logging
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import zmq
+
+from batcher import protocol as P
+from batcher.weights import net_from_bytes
+
+log = logging.getLogger("batcher")
+
+
+class DeviceError(RuntimeError):
+    pass
+
+
+class BindError(RuntimeError):
+    pass
+
+
+def resolve_device(name):
+    """'auto' -> cuda if available else cpu; 'cuda' without CUDA raises DeviceError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+            raise DeviceError(f"--device {name}: CUDA is not available ({why}, torch {torch.__version__})")
+        return torch.device(name)
+    if name == "cpu":
+        return torch.device("cpu")
+    raise DeviceError(f"--device {name}: unknown device (use auto, cuda or cpu)")
+
+
+@dataclass
+class BatcherOptions:
+    bind: str = "tcp://127.0.0.1:5555"
+    """Endpoint to bind (loopback by default)."""
+    device: str = "auto"
+    """auto, cuda, cuda:N or cpu."""
+    max_batch: int = 2048
+    """Most rows in one forward (a larger single request runs alone)."""
+    max_wait_us: int = 500
+    """Longest wait after a model's oldest queued row before its forward runs."""
+    autocast: str = "none"
+    """none, bf16 or fp16 (GPU autocast for the forward)."""
+    max_message_bytes: int = P.DEFAULT_MAX_MESSAGE_BYTES
+    """Larger messages get a too_large error reply."""
+    log_interval_s: float = 10.0
+    """Seconds between periodic log lines (0 = off)."""
+    torch_threads: int = 0
+    """torch intra-op threads on CPU (0 = torch's default)."""
+
+
+class _Model:
+    __slots__ = ("net", "version", "spec", "input_size", "num_actions")
+
+    def __init__(self, net, version, spec):
+        self.net = net
+        self.version = version
+        self.spec = spec
+        self.input_size = spec["input_size"]
+        self.num_actions = spec["num_actions"]
+
+
+class _Pending:
+    __slots__ = ("identity", "req_id", "rows", "arrived")
+
+    def __init__(self, identity, req_id, rows, arrived):
+        self.identity = identity
+        self.req_id = req_id
+        self.rows = rows
+        self.arrived = arrived
+
+
+class _Stats:
+    """Counters since start, plus a window since the last periodic log."""
+
+    def __init__(self, max_batch):
+        self.started = time.monotonic()
+        self.requests = 0
+        self.rows = 0
+        self.forwards = 0
+        self.forward_s = 0.0
+        self.errors = collections.Counter()
+        self.weight_updates = 0
+        self.per_model = collections.defaultdict(lambda: {"requests": 0, "rows": 0, "forwards": 0})
+        self.bins = [1 << i for i in range(int(math.log2(max(max_batch, 1))) + 2)]
+        self.batch_hist = [0] * len(self.bins)
+        self.waits_us = collections.deque(maxlen=20000)
+        self.latest = collections.deque(maxlen=20000)   # (time, rows) of recent forwards
+
+    def forward(self, model_id, rows, n_requests, seconds, waits_us):
+        self.forwards += 1
+        self.forward_s += seconds
+        self.rows += rows
+        self.requests += n_requests
+        pm = self.per_model[model_id]
+        pm["rows"] += rows
+        pm["requests"] += n_requests
+        pm["forwards"] += 1
+        i = min(len(self.bins) - 1, max(0, math.ceil(math.log2(max(rows, 1)))))
+        self.batch_hist[i] += 1
+        self.waits_us.extend(waits_us)
+        self.latest.append((time.monotonic(), rows, n_requests))
+
+    def snapshot(self, models):
+        now = time.monotonic()
+        up = max(now - self.started, 1e-9)
+        recent = [x for x in self.latest if now - x[0] <= 10.0]
+        span = min(10.0, up)
+        waits = np.asarray(self.waits_us, dtype=np.float64)
+        pct = (lambda q: float(np.percentile(waits, q))) if len(waits) else (lambda q: 0.0)
+        return {
+            "uptime_s": up,
+            "requests": self.requests, "rows": self.rows, "forwards": self.forwards,
+            "requests_per_s": sum(x[2] for x in recent) / span,
+            "rows_per_s": sum(x[1] for x in recent) / span,
+            "mean_batch": self.rows / max(self.forwards, 1),
+            "batch_hist": {"bins_upper": self.bins, "counts": list(self.batch_hist)},
+            "queue_wait_us": {"mean": float(waits.mean()) if len(waits) else 0.0, "p50": pct(50), "p99": pct(99)},
+            "forward_ms_mean": 1000 * self.forward_s / max(self.forwards, 1),
+            "busy_fraction": self.forward_s / up,
+            "per_model": {str(k): dict(v) for k, v in self.per_model.items()},
+            "errors": dict(self.errors),
+            "weight_updates": self.weight_updates,
+            "versions": {str(k): m.version for k, m in models.items()},
+        }
+
+
+class Batcher:
+    """The service. `serve()` runs until `stop()` (or SIGINT/SIGTERM in main)."""
+
+    def __init__(self, options, context=None):
+        self.opts = options
+        self.device = resolve_device(options.device)
+        if self.device.type == "cpu" and options.torch_threads > 0:
+            torch.set_num_threads(options.torch_threads)
+        if options.autocast not in ("none", "bf16", "fp16"):
+            raise ValueError(f"autocast must be none, bf16 or fp16, got {options.autocast!r}")
+        if options.max_batch < 1 or options.max_wait_us < 0:
+            raise ValueError("max_batch must be >= 1 and max_wait_us >= 0")
+        self.ctx = context or zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        # transport-level guard well above the application limit
+        self.sock.setsockopt(zmq.MAXMSGSIZE, 4 * options.max_message_bytes + 4096)
+        self.sock.setsockopt(zmq.RCVHWM, 100000)
+        self.sock.setsockopt(zmq.SNDHWM, 100000)
+        try:
+            self.sock.bind(options.bind)
+        except zmq.ZMQError as e:
+            self.sock.close(0)
+            raise BindError(f"cannot bind {options.bind}: {e.strerror}") from None
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.models = {}
+        self.queues = collections.defaultdict(collections.deque)
+        self.queued_rows = collections.Counter()
+        self.stats = _Stats(options.max_batch)
+        self._running = False
+        self._host = None
+        self._autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.autocast)
+        self._last_log = time.monotonic()
+
+    # ---- models
+    def install(self, model_id, net, version, spec):
+        """Install (or replace) a model's weights; called between batches."""
+        net = net.to(self.device).eval()
+        self.models[int(model_id)] = _Model(net, int(version), dict(spec))
+
+    # ---- main loop
+    def stop(self):
+        self._running = False
+
+    def serve(self, max_seconds=None):
+        self._running = True
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        log.info("batcher serving on %s (device %s, max_batch %d, max_wait %d us)",
+                 self.endpoint, self.device, self.opts.max_batch, self.opts.max_wait_us)
+        while self._running:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            timeout_ms = self._poll_timeout_ms()
+            if poller.poll(timeout_ms):
+                self._receive_all()
+            self._run_due_batches()
+            self._maybe_log()
+        return self
+
+    def close(self):
+        self.sock.close(0)
+
+    def _poll_timeout_ms(self):
+        if not self.queues:
+            return 100
+        now = time.monotonic()
+        wait = min(q[0].arrived for q in self.queues.values() if q) + self.opts.max_wait_us * 1e-6 - now
+        return max(0, math.ceil(wait * 1000)) if wait > 0 else 0
+
+    def _receive_all(self, budget=10000):
+        for _ in range(budget):
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self._handle(frames)
+            # a model queue that filled up runs right away
+            for mid in [m for m, n in self.queued_rows.items() if n >= self.opts.max_batch]:
+                self._run_model(mid)
+
+    def _reply(self, identity, header, *frames):
+        try:
+            self.sock.send_multipart([identity, *P.pack(header, *frames)], copy=False)
+        except zmq.ZMQError as e:  # peer gone, queue full: the service goes on
+            log.warning("could not reply to a client: %s", e.strerror)
+
+    def _error(self, identity, req_id, code, message):
+        self.stats.errors[code] += 1
+        log.warning("rejected request %r: %s", req_id, message)
+        self._reply(identity, {"type": P.ERROR, "id": req_id, "code": code, "error": message})
+
+    def _handle(self, frames):
+        if len(frames) < 2:
+            self.stats.errors["no_header"] += 1
+            log.warning("dropped a message with no header frame")
+            return
+        identity, header_frame, payload = frames[0].bytes, frames[1], frames[2:]
+        req_id = None
+        try:
+            size = sum(len(f) for f in frames[1:])
+            if size > self.opts.max_message_bytes:
+                raise P.ProtocolError("too_large", f"message of {size} bytes exceeds the "
+                                                   f"{self.opts.max_message_bytes}-byte limit")
+            header = P.unpack_header(header_frame.buffer)
+            req_id = header.get("id")
+            kind = header["type"]
+            if kind == P.INFER:
+                self._on_infer(identity, header, payload)
+            elif kind == P.WEIGHTS:
+                self._on_weights(identity, header, payload)
+            elif kind == P.STATS:
+                self._reply(identity, {"type": P.STATS, "id": req_id, "stats": self.stats.snapshot(self.models)})
+            elif kind == P.PING:
+                self._reply(identity, {"type": P.PONG, "id": req_id, "pid": os.getpid(),
+                                       "models": {str(k): m.version for k, m in self.models.items()}})
+            else:
+                raise P.ProtocolError("bad_type", f"unknown message type {kind!r}")
+        except P.ProtocolError as e:
+            self._error(identity, req_id, e.code, str(e))
+        except Exception as e:  # never let one message stop the service
+            log.exception("error handling a message")
+            self._error(identity, req_id, "internal", f"{type(e).__name__}: {e}")
+
+    def _on_infer(self, identity, header, payload):
+        model_id = header.get("model")
+        if not isinstance(model_id, int) or isinstance(model_id, bool):
+            raise P.ProtocolError("bad_header", f"infer needs an integer 'model', got {model_id!r}")
+        model = self.models.get(model_id)
+        if model is None:
+            raise P.ProtocolError("unknown_model", f"unknown model {model_id}; loaded: {sorted(self.models)}")
+        if len(payload) != 1:
+            raise P.ProtocolError("bad_frames", f"infer takes exactly 1 array frame, got {len(payload)}")
+        rows = P.decode_array(header, "rows", payload[0].buffer, self.opts.max_message_bytes,
+                              expect_cols=model.input_size)
+        if rows.shape[0] == 0:
+            raise P.ProtocolError("bad_shape", "infer with zero rows")
+        self.queues[model_id].append(_Pending(identity, header.get("id"), rows, time.monotonic()))
+        self.queued_rows[model_id] += rows.shape[0]
+
+    def _on_weights(self, identity, header, payload):
+        model_id, version, spec = header.get("model"), header.get("version"), header.get("spec")
+        if not isinstance(model_id, int) or not isinstance(version, int):
+            raise P.ProtocolError("bad_header", "weights need integer 'model' and 'version'")
+        if not isinstance(spec, dict) or len(payload) != 1:
+            raise P.ProtocolError("bad_header", "weights need a 'spec' map and one safetensors frame")
+        current = self.models.get(model_id)
+        if current is not None and version <= current.version:
+            raise P.ProtocolError("stale_version", f"model {model_id} is at version {current.version}; "
+                                                   f"refusing version {version}")
+        try:
+            net = net_from_bytes(spec, payload[0].bytes, self.device)
+        except ValueError as e:
+            raise P.ProtocolError("bad_weights", str(e)) from None
+        self.install(model_id, net, version, spec)
+        self.stats.weight_updates += 1
+        log.info("model %d now at version %d", model_id, version)
+        self._reply(identity, {"type": P.ACK, "id": header.get("id"), "model": model_id, "version": version})
+
+    # ---- batching
+    def _run_due_batches(self):
+        now = time.monotonic()
+        limit = self.opts.max_wait_us * 1e-6
+        for mid in list(self.queues):
+            q = self.queues[mid]
+            while q and (self.queued_rows[mid] >= self.opts.max_batch or now - q[0].arrived >= limit):
+                self._run_model(mid)
+            if not q:
+                del self.queues[mid]
+
+    def _host_buffer(self, rows, cols):
+        if self._host is None or self._host.shape[0] < rows or self._host.shape[1] != cols:
+            cap = max(rows, self.opts.max_batch)
+            pin = self.device.type == "cuda"
+            self._host = torch.empty((cap, cols), dtype=torch.float32, pin_memory=pin)
+        return self._host
+
+    def _run_model(self, model_id):
+        q = self.queues[model_id]
+        model = self.models.get(model_id)
+        batch, total = [], 0
+        while q and (not batch or total + q[0].rows.shape[0] <= self.opts.max_batch):
+            p = q.popleft()
+            batch.append(p)
+            total += p.rows.shape[0]
+        self.queued_rows[model_id] -= total
+        if not batch:
+            return
+        t0 = time.monotonic()
+        waits = [(t0 - p.arrived) * 1e6 for p in batch]
+        host = self._host_buffer(total, model.input_size)
+        view = host.numpy()
+        off = 0
+        for p in batch:
+            n = p.rows.shape[0]
+            view[off:off + n] = p.rows     # casts uint8/float16 to float32
+            off += n
+        try:
+            with torch.inference_mode():
+                x = host[:total].to(self.device, non_blocking=True)
+                if self._autocast_dtype is not None:
+                    with torch.autocast(self.device.type, dtype=self._autocast_dtype):
+                        y = model.net(x)
+                else:
+                    y = model.net(x)
+                out = y.float().cpu().numpy()
+        except Exception as e:
+            log.exception("forward failed for model %d", model_id)
+            for p in batch:
+                self._error(p.identity, p.req_id, "forward_failed", f"{type(e).__name__}: {e}")
+            return
+        dt = time.monotonic() - t0
+        self.stats.forward(model_id, total, len(batch), dt, waits)
+        off = 0
+        for p in batch:
+            n = p.rows.shape[0]
+            part = out[off:off + n]
+            off += n
+            self._reply(p.identity, {"type": P.RESULT, "id": p.req_id, "model": model_id,
+                                     "version": model.version, **P.array_header("adv", part)}, part)
+
+    def _maybe_log(self):
+        if self.opts.log_interval_s <= 0:
+            return
+        now = time.monotonic()
+        if now - self._last_log < self.opts.log_interval_s:
+            return
+        self._last_log = now
+        s = self.stats.snapshot(self.models)
+        log.info("%.0f rows/s, %.0f req/s, mean batch %.1f, wait p50 %.0f us p99 %.0f us, forward %.2f ms, "
+                 "busy %.0f%%, models %s, errors %s", s["rows_per_s"], s["requests_per_s"], s["mean_batch"],
+                 s["queue_wait_us"]["p50"], s["queue_wait_us"]["p99"], s["forward_ms_mean"],
+                 100 * s["busy_fraction"], s["versions"], s["errors"] or "none")
+
+
+def install_signal_handlers(batcher):
+    def handler(signum, frame):
+        log.info("signal %d: shutting down", signum)
+        batcher.stop()
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)

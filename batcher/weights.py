@@ -1,0 +1,31 @@
+"""Weights as plain tensors: safetensors bytes plus a JSON-able spec. Never pickle."""
+import json
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from batcher.networks import build_mlp
+
+
+def net_to_bytes(net):
+    """(spec, safetensors bytes) of an MLP, tensors moved to CPU."""
+    state = {k: v.detach().to("cpu").contiguous() for k, v in net.state_dict().items()}
+    return net.spec(), st_save(state, metadata={"spec": json.dumps(net.spec())})
+
+
+def net_from_bytes(spec, blob, device="cpu"):
+    """Rebuild an MLP from a spec and safetensors bytes; mismatches raise ValueError."""
+    try:
+        net = build_mlp(spec)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"bad network spec {spec!r}: {e}") from None
+    try:
+        state = st_load(bytes(blob))
+    except Exception as e:
+        raise ValueError(f"weights are not valid safetensors ({type(e).__name__}: {e})") from None
+    try:
+        net.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise ValueError(f"weights do not fit spec {spec}: {str(e).splitlines()[0]}") from None
+    return net.to(device).eval()

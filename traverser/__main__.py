@@ -1,0 +1,92 @@
+"""`python -m traverser`: a traversal worker process.
+
+It steps hundreds of resumable traversals per thread without the GIL and gets
+its advantages from the batcher at --batcher. Standalone, it runs
+--traversals traversals and writes the samples to --out (.npz).
+"""
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import engine
+from batcher.client import BatcherError, BatcherTimeout
+from traverser.config import TraverserConfig
+from traverser.worker import run_remote
+
+
+def add_traverser_args(ap):
+    d = TraverserConfig()
+    g = ap.add_argument_group("traversal")
+    g.add_argument("--algorithm", choices=["external", "outcome"], default=d.algorithm)
+    g.add_argument("--epsilon", type=float, default=d.epsilon, help="outcome sampling exploration")
+    g.add_argument("--value-clip", type=float, default=d.value_clip, help="outcome sampling target clip (0 = none)")
+    g.add_argument("--value-scale", type=float, default=d.value_scale, help="multiplies every utility")
+    g.add_argument("--max-depth", type=int, default=d.max_depth, help="decisions before a cutoff (0 = game length)")
+    g.add_argument("--max-nodes", type=int, default=d.max_nodes, help="nodes per traversal before cutoffs (0 = none)")
+    g.add_argument("--rollouts", type=int, default=d.rollouts, help="cutoff value: 0 = score as it stands, k = rollouts")
+    g.add_argument("--fallback", choices=["argmax", "uniform"], default=d.fallback)
+    g.add_argument("--strategy-interval", type=int, default=d.strategy_interval)
+    return ap
+
+
+def traverser_config_from_args(args):
+    return TraverserConfig(algorithm=args.algorithm, epsilon=args.epsilon, value_clip=args.value_clip,
+                           value_scale=args.value_scale, max_depth=args.max_depth, max_nodes=args.max_nodes,
+                           rollouts=args.rollouts, fallback=args.fallback,
+                           strategy_interval=args.strategy_interval)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m traverser", description=__doc__,
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--batcher", required=True, help="batcher endpoint, e.g. tcp://127.0.0.1:5555")
+    ap.add_argument("--game", default="lost_cities", choices=engine.game_names())
+    ap.add_argument("--game-param", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--traversals", type=int, default=1000)
+    ap.add_argument("--iteration", type=int, default=1, help="iteration number (seeding and LCFR weight)")
+    ap.add_argument("--seed", type=int, default=0, help="run seed")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--groups", type=int, default=4, help="machine groups per thread (in flight at once)")
+    ap.add_argument("--machines", type=int, default=256, help="machines per group")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds without a batcher reply before giving up")
+    ap.add_argument("--out", default=None, help="write samples to this .npz")
+    add_traverser_args(ap)
+    args = ap.parse_args(argv)
+    from batcher.__main__ import parse_params
+    try:
+        game = engine.load_game(args.game, **parse_params(args.game_param))
+        cfg = traverser_config_from_args(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    adv_parts, strat_parts = [], []
+
+    def sink(adv, strat):
+        if args.out:
+            adv_parts.append(adv)
+            strat_parts.append(strat)
+
+    ids = np.arange(args.traversals)
+    t0 = time.perf_counter()
+    try:
+        stats = run_remote(game, cfg, args.batcher, ids, ids % 2, args.iteration, args.seed, float(args.iteration),
+                           sink, groups_per_thread=args.groups, machines=args.machines, threads=args.threads,
+                           timeout_s=args.timeout)
+    except (BatcherError, BatcherTimeout, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    dt = time.perf_counter() - t0
+    print(f"{stats['traversals']} traversals, {stats['nodes']} nodes in {dt:.2f} s = {stats['nodes'] / dt:,.0f} nodes/s; "
+          f"{stats['adv_samples']} advantage and {stats['strat_samples']} strategy samples; "
+          f"{stats['queries']} queries, {stats['resends']} resends", flush=True)
+    if args.out:
+        cat = lambda parts, k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0)
+        np.savez(args.out, **{f"adv_{k}": cat(adv_parts, k) for k in adv_parts[0]},
+                 **{f"strat_{k}": cat(strat_parts, k) for k in strat_parts[0]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
