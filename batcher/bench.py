@@ -1,0 +1,189 @@
+"""Batcher benchmark: `python -m batcher.bench [--json] [--device cpu|cuda|auto]`.
+
+(a) rows/s through the service at saturation (a batcher subprocess, clients
+    keeping requests in flight), next to the same model's raw in-process
+    batched forward at the same batch size, and their ratio;
+(b) p50 and p99 request latency at saturation and with one request in flight;
+(c) end-to-end Lost Cities traversal nodes/s (outcome sampling, default net)
+    for 1..N worker processes against one batcher, next to the recursive
+    batch-1 reference measured in the same run.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+import engine
+from batcher.client import BatcherClient, wait_for_batcher
+from batcher.networks import net_for_game
+from traverser.config import TraverserConfig
+from traverser.reference import ReferenceTraverser
+
+LC_CONFIG = dict(algorithm="outcome", epsilon=0.6, value_scale=0.01, value_clip=10.0)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_batcher(device, hidden, max_batch, torch_threads, extra=()):
+    port = free_port()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "batcher", "--bind", endpoint, "--device", device, "--init-game", "lost_cities",
+           "--hidden", *map(str, hidden), "--max-batch", str(max_batch), "--log-interval", "0",
+           "--torch-threads", str(torch_threads), *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for_batcher(endpoint, timeout_s=60)
+    except Exception:
+        proc.kill()
+        raise RuntimeError(f"batcher did not start: {proc.stderr.read().decode()[-2000:]}")
+    return proc, endpoint
+
+
+def sample_rows(game, n, seed=0):
+    rng = np.random.default_rng(seed)
+    rows, s = [], game.new_initial_state(seed=seed)
+    while len(rows) < n:
+        if s.is_terminal():
+            s = game.new_initial_state(seed=int(rng.integers(1 << 30)))
+        rows.append(s.information_state_tensor())
+        legal = s.legal_actions()
+        s.apply_action(legal[int(rng.integers(len(legal)))])
+    return np.stack(rows)
+
+
+def saturate(endpoint, rows, in_flight, seconds):
+    client = BatcherClient(endpoint, timeout_s=60)
+    sent_at, lat, done_rows = {}, [], 0
+    t_end = time.perf_counter() + seconds
+    model = 0
+    try:
+        for _ in range(in_flight):
+            sent_at[client.send_infer(model, rows)] = time.perf_counter()
+            model ^= 1
+        t0 = time.perf_counter()
+        while time.perf_counter() < t_end:
+            for rid, _, adv in client.poll(100):
+                now = time.perf_counter()
+                lat.append(now - sent_at.pop(rid))
+                done_rows += adv.shape[0]
+                sent_at[client.send_infer(model, rows)] = now
+                model ^= 1
+        dt = time.perf_counter() - t0
+        while sent_at:
+            for rid, _, _ in client.poll(100):
+                sent_at.pop(rid, None)
+        stats = client.stats()
+    finally:
+        client.close()
+    lat_us = np.asarray(lat) * 1e6
+    return done_rows / dt, float(np.percentile(lat_us, 50)), float(np.percentile(lat_us, 99)), stats
+
+
+def raw_forward_rows_per_s(net, rows, batch, seconds, device):
+    x = torch.from_numpy(np.resize(rows, (batch, rows.shape[1])).astype(np.float32)).to(device)
+    net = net.to(device).eval()
+    with torch.inference_mode():
+        for _ in range(3):
+            net(x)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            net(x).cpu()
+            n += 1
+        return n * batch / (time.perf_counter() - t0)
+
+
+def worker_run(endpoint, traversals, groups, machines):
+    cmd = [sys.executable, "-m", "traverser", "--batcher", endpoint, "--game", "lost_cities",
+           "--traversals", str(traversals), "--groups", str(groups), "--machines", str(machines),
+           "--algorithm", "outcome", "--value-scale", "0.01", "--value-clip", "10"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def end_to_end(endpoint, n_workers, traversals, groups, machines):
+    t0 = time.perf_counter()
+    procs = [worker_run(endpoint, traversals, groups, machines) for _ in range(n_workers)]
+    nodes = 0
+    for p in procs:
+        out, err = p.communicate(timeout=1800)
+        if p.returncode != 0:
+            raise RuntimeError(f"worker failed: {err[-2000:]}")
+        nodes += int(out.split(" nodes in ")[0].split(",")[-1].split()[-1])
+    return nodes / (time.perf_counter() - t0)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m batcher.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--hidden", type=int, nargs="+", default=[512, 512, 512])
+    ap.add_argument("--request-rows", type=int, default=256, help="rows per request in (a)")
+    ap.add_argument("--in-flight", type=int, default=8, help="requests in flight in (a)")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--workers", default="1,2", help="worker process counts for (c)")
+    ap.add_argument("--traversals", type=int, default=1024, help="traversals per worker in (c)")
+    ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--machines", type=int, default=128)
+    ap.add_argument("--torch-threads", type=int, default=1, help="batcher torch threads on CPU")
+    ap.add_argument("--max-batch", type=int, default=2048)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    game = engine.load_game("lost_cities")
+    rows = sample_rows(game, args.request_rows)
+    out = {"device": args.device, "hidden": args.hidden, "cpu_count": os.cpu_count()}
+
+    proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.torch_threads)
+    try:
+        rps, p50, p99, stats = saturate(endpoint, rows, args.in_flight, args.seconds)
+        batch = int(round(stats["mean_batch"]))
+        device = "cuda" if args.device in ("cuda", "auto") and torch.cuda.is_available() else "cpu"
+        raw = raw_forward_rows_per_s(net_for_game(game, tuple(args.hidden), seed=0), rows, batch,
+                                     args.seconds / 2, device)
+        out["a_service_rows_per_s"] = rps
+        out["a_raw_forward_rows_per_s"] = raw
+        out["a_mean_batch"] = stats["mean_batch"]
+        out["a_ratio"] = rps / raw
+        out["b_saturated_latency_us"] = {"p50": p50, "p99": p99}
+        _, p50_1, p99_1, _ = saturate(endpoint, rows[:1], 1, args.seconds / 2)
+        out["b_single_row_latency_us"] = {"p50": p50_1, "p99": p99_1}
+        ref_game_cfg = TraverserConfig(**LC_CONFIG)
+        nets = {0: net_for_game(game, tuple(args.hidden), seed=0), 1: net_for_game(game, tuple(args.hidden), seed=1)}
+        ref = ReferenceTraverser(game, ref_game_cfg, nets)
+        ids = np.arange(4)
+        t0 = time.perf_counter()
+        ref.run(ids, ids % 2)
+        ref_rate = ref.counter["nodes"] / (time.perf_counter() - t0)
+        out["c_reference_batch1_nodes_per_s"] = ref_rate
+        out["c_end_to_end"] = {}
+        for n in [int(x) for x in args.workers.split(",")]:
+            rate = end_to_end(endpoint, n, args.traversals, args.groups, args.machines)
+            out["c_end_to_end"][str(n)] = {"nodes_per_s": rate, "ratio_vs_reference": rate / ref_rate}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    if args.json:
+        json.dump({"batcher": out}, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"(a) service {out['a_service_rows_per_s']:,.0f} rows/s vs raw forward "
+              f"{out['a_raw_forward_rows_per_s']:,.0f} rows/s at batch {out['a_mean_batch']:.0f}: "
+              f"ratio {out['a_ratio']:.2f}")
+        print(f"(b) latency at saturation p50 {p50:,.0f} us p99 {p99:,.0f} us; one row p50 {p50_1:,.0f} us "
+              f"p99 {p99_1:,.0f} us")
+        print(f"(c) reference batch 1: {ref_rate:,.0f} nodes/s")
+        for n, r in out["c_end_to_end"].items():
+            print(f"    {n} worker(s): {r['nodes_per_s']:,.0f} nodes/s = {r['ratio_vs_reference']:.1f}x reference")
+
+
+if __name__ == "__main__":
+    main()
