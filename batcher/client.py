@@ -44,7 +44,7 @@ class BatcherClient:
         self.sock.setsockopt(zmq.RCVHWM, 100000)
         self.sock.connect(endpoint)
         self._ids = itertools.count(1)
-        self.in_flight = {}      # id -> [frames, first_sent, last_sent]
+        self.in_flight = {}      # id -> [frames, first_sent, last_sent, last_error]
         self.resends = 0
         self.wire_bytes = 0
 
@@ -60,7 +60,7 @@ class BatcherClient:
         frames = P.pack({"type": P.INFER, "id": req_id, "model": int(model_id),
                          **P.array_header("rows", wire)}, wire)
         now = time.monotonic()
-        self.in_flight[req_id] = [frames, now, now]
+        self.in_flight[req_id] = [frames, now, now, None]
         self.wire_bytes += wire.nbytes
         self.sock.send_multipart(frames, copy=False)
         return req_id
@@ -86,6 +86,13 @@ class BatcherClient:
         req_id = header.get("id")
         if req_id not in self.in_flight:
             return None                      # a duplicate answer to a resent request
+        if header["type"] == P.ERROR and header.get("code") == "unknown_model":
+            # a restarted batcher has no weights until the trainer pushes them again:
+            # keep the request and send it again after resend_s (until timeout_s)
+            entry = self.in_flight[req_id]
+            entry[2] = time.monotonic()
+            entry[3] = BatcherError(header.get("code"), header.get("error"))
+            return None
         del self.in_flight[req_id]
         if header["type"] == P.ERROR:
             raise BatcherError(header.get("code"), header.get("error"))
@@ -97,8 +104,10 @@ class BatcherClient:
     def _check_in_flight(self):
         now = time.monotonic()
         for req_id, entry in self.in_flight.items():
-            frames, first, last = entry
+            frames, first, last, error = entry
             if now - first > self.timeout_s:
+                if error is not None:
+                    raise error
                 raise BatcherTimeout(f"no reply from the batcher at {self.endpoint} for {self.timeout_s:.0f} s "
                                      f"({len(self.in_flight)} requests in flight); is it running?")
             if now - last > self.resend_s:
@@ -111,7 +120,7 @@ class BatcherClient:
         req_id = next(self._ids)
         msg = P.pack({**header, "id": req_id}, *frames)
         now = time.monotonic()
-        self.in_flight[req_id] = [msg, now, now]
+        self.in_flight[req_id] = [msg, now, now, None]
         self.sock.send_multipart(msg, copy=False)
         while True:
             for rid, hdr, _ in self.poll(100):

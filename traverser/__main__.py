@@ -42,6 +42,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m traverser", description=__doc__,
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--batcher", required=True, help="batcher endpoint, e.g. tcp://127.0.0.1:5555")
+    ap.add_argument("--trainer", default=None,
+                    help="job mode: take jobs from the trainer at this endpoint (game and traversal settings "
+                         "come with each job; --game/--traversals/--out and the traversal flags are ignored)")
     ap.add_argument("--game", default="lost_cities", choices=engine.game_names())
     ap.add_argument("--game-param", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--traversals", type=int, default=1000)
@@ -55,6 +58,16 @@ def main(argv=None):
     add_traverser_args(ap)
     args = ap.parse_args(argv)
     from batcher.__main__ import parse_params
+    if args.trainer:
+        from traverser.jobworker import serve_jobs
+        try:
+            return serve_jobs(args.trainer, args.batcher, threads=args.threads, groups=args.groups,
+                              machines=args.machines, timeout_s=args.timeout)
+        except KeyboardInterrupt:
+            return 130
+        except (BatcherError, BatcherTimeout) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     try:
         game = engine.load_game(args.game, **parse_params(args.game_param))
         cfg = traverser_config_from_args(args)

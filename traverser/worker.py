@@ -13,7 +13,7 @@ from traverser.remote import RemoteStepper
 
 def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run_seed, weight, sink,
                groups_per_thread=4, machines=256, threads=1, capacity=4096, timeout_s=60.0, resend_s=5.0,
-               context=None):
+               context=None, on_groups=None):
     """Run traversals against the batcher at `endpoint`; drained chunks go to
     sink(adv, strat) (from the stepping threads). Returns merged stats."""
     ids = np.asarray(traversal_ids, dtype=np.int64)
@@ -24,6 +24,8 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
         g = MachineGroup(game, config, n_machines=machines, adv_capacity=capacity, strat_capacity=capacity)
         g.start(ids[i::n_groups], trav[i::n_groups], iteration, run_seed, weight)
         groups.append(g)
+    if on_groups is not None:
+        on_groups(groups)
     errors, clients = [], []
 
     def work(my_groups):

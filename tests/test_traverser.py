@@ -1,0 +1,612 @@
+"""The traversal state machines (traverser/_traverse.pyx) against the
+recursive reference (traverser/reference.py), with real PyTorch networks.
+
+Both implement the same algorithms with the same seeding and the same order
+of random draws, so after sorting by (traversal, seq) they must produce the
+same rows: identical info/mask/player/traversal/seq/weight, and targets equal
+up to float noise from batched vs single-row forwards. With one machine per
+group every forward has batch size 1, exactly as in the reference, and the
+targets must then be bitwise identical.
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import engine  # noqa: E402
+from batcher.networks import net_for_game  # noqa: E402
+from traverser._traverse import MachineGroup, STAT_FIELDS, _py_regret_match, _py_sample  # noqa: E402
+from traverser.config import TraverserConfig  # noqa: E402
+from traverser.local import LocalEvaluator, merge_stats, run_local, sort_samples  # noqa: E402
+from traverser.reference import ReferenceTraverser  # noqa: E402
+
+torch.set_num_threads(1)
+
+HIDDEN = (32, 32)
+LC_SMALL = dict(colours=3, ranks=5, hand_size=4)
+ITERATION = 3
+RUN_SEED = 11
+RTOL = ATOL = 1e-5
+EXACT_COLUMNS = ("info", "mask", "player", "traversal", "seq", "weight")
+
+# name -> (game, game params, config kwargs, number of traversals)
+CASES = {
+    "kuhn_external": ("kuhn_poker", {}, dict(), 40),
+    "leduc_external": ("leduc_poker", {}, dict(), 24),
+    "leduc_outcome_clip": ("leduc_poker", {},
+                           dict(algorithm="outcome", epsilon=0.6, value_clip=5.0, strategy_interval=2), 60),
+    "lc_outcome_depth_rollout": ("lost_cities", LC_SMALL,
+                                 dict(algorithm="outcome", max_depth=12, rollouts=1, value_scale=0.01), 20),
+    "lc_external_depth4": ("lost_cities", LC_SMALL, dict(max_depth=4, value_scale=0.01), 6),
+    "lc_external_max_nodes_uniform_fallback": ("lost_cities", LC_SMALL,
+                                               dict(max_nodes=60, value_scale=0.01, fallback="uniform"), 4),
+}
+
+# (groups, machines per group, threads, sample capacity)
+COMBOS = [
+    (1, 1, 1, 65536),
+    (2, 7, 2, 65536),
+    (3, 64, 1, 65536),
+    (4, 5, 2, 65536),
+    (1, 1, 1, 3),
+    (2, 7, 2, 3),
+    (4, 5, 2, 1),
+]
+
+_games, _models, _refs, _runs = {}, {}, {}, {}
+
+
+def game_for(name, params):
+    key = (name, tuple(sorted(params.items())))
+    if key not in _games:
+        _games[key] = engine.load_game(name, **params)
+    return _games[key]
+
+
+def models_for(game_name, params):
+    key = (game_name, tuple(sorted(params.items())))
+    if key not in _models:
+        g = game_for(game_name, params)
+        _models[key] = {0: net_for_game(g, HIDDEN, seed=101), 1: net_for_game(g, HIDDEN, seed=202)}
+    return _models[key]
+
+
+def case_setup(case, **overrides):
+    game_name, params, kw, n = CASES[case]
+    game = game_for(game_name, params)
+    cfg = TraverserConfig(**{**kw, **overrides})
+    ids = np.arange(n, dtype=np.int64) * 3 + 1          # not 0..n-1: ids are labels, not positions
+    return game, cfg, ids, ids % 2, models_for(game_name, params)
+
+
+def reference(case, uniform=False):
+    key = (case, uniform)
+    if key not in _refs:
+        game, cfg, ids, trav, models = case_setup(case, uniform_policy=uniform)
+        ref = ReferenceTraverser(game, cfg, None if uniform else models)
+        adv, strat = ref.run(ids, trav, iteration=ITERATION, run_seed=RUN_SEED)
+        _refs[key] = (sort_samples(adv), sort_samples(strat), dict(ref.counter))
+    return _refs[key]
+
+
+def local(case, combo, uniform=False, **kw):
+    key = (case, combo, uniform, tuple(sorted(kw.items())))
+    if key not in _runs:
+        groups, machines, threads, capacity = combo
+        game, cfg, ids, trav, models = case_setup(case, uniform_policy=uniform)
+        ev = None if uniform else LocalEvaluator(models)
+        adv, strat, stats = run_local(game, cfg, ids, trav, iteration=ITERATION, run_seed=RUN_SEED, evaluator=ev,
+                                      groups=groups, machines=machines, threads=threads, capacity=capacity, **kw)
+        _runs[key] = (sort_samples(adv), sort_samples(strat), stats, ev)
+    return _runs[key]
+
+
+def assert_same_samples(a, b, exact_targets=False, what=""):
+    assert len(a) == len(b), f"{what}: {len(a)} rows vs {len(b)}"
+    assert set(a) == set(b)
+    for col in EXACT_COLUMNS:
+        np.testing.assert_array_equal(a[col], b[col], err_msg=f"{what}: column {col}")
+        assert a[col].dtype == b[col].dtype, (what, col)
+    if exact_targets:
+        np.testing.assert_array_equal(a["target"], b["target"], err_msg=f"{what}: target")
+    else:
+        np.testing.assert_allclose(a["target"], b["target"], rtol=RTOL, atol=ATOL, err_msg=f"{what}: target")
+
+
+# ---------------------------------------------------------------------------
+# 1. equivalence with the recursive reference
+
+@pytest.mark.parametrize("combo", COMBOS, ids=lambda c: "g%d_m%d_t%d_cap%d" % c)
+@pytest.mark.parametrize("case", list(CASES))
+def test_matches_reference(case, combo):
+    ref_adv, ref_strat, counter = reference(case)
+    adv, strat, stats, ev = local(case, combo)
+    _, machines, _, capacity = combo
+    exact = machines == 1          # every forward at batch size 1, as in the reference
+    assert len(ref_adv) > 0
+    assert_same_samples(adv, ref_adv, exact, f"{case} advantage")
+    assert_same_samples(strat, ref_strat, exact, f"{case} strategy")
+    n = CASES[case][3]
+    for k in ("nodes", "fallbacks", "queries", "terminals", "cutoffs"):
+        assert stats[k] == counter[k], (k, stats[k], counter[k])
+    assert stats["traversals"] == n
+    assert stats["adv_samples"] == len(adv)
+    assert stats["strat_samples"] == len(strat)
+    assert ev.rows == stats["queries"]
+    if len(adv) > capacity or len(strat) > capacity:
+        # buffers are only drained when a machine blocks (or at the end)
+        assert stats["blocked"] > 0
+    if capacity >= 65536:
+        assert stats["blocked"] == 0
+
+
+def test_cases_exercise_their_features():
+    """The parametrized cases really reach the code paths they are named for."""
+    _, _, c = reference("kuhn_external")
+    assert c["fallbacks"] > 0                                   # argmax fallback
+    _, _, c = reference("lc_external_max_nodes_uniform_fallback")
+    assert c["fallbacks"] > 0 and c["cutoffs"] > 0              # uniform fallback + max_nodes cutoff
+    _, _, c = reference("lc_external_depth4")
+    assert c["cutoffs"] > 0 and c["terminals"] == 0
+    adv, _, stats, _ = local("lc_outcome_depth_rollout", COMBOS[1])
+    assert stats["cutoffs"] > 0 and stats["rollout_moves"] > 0
+    adv, _, _, _ = local("leduc_outcome_clip", COMBOS[1])
+    clip = CASES["leduc_outcome_clip"][2]["value_clip"]
+    assert np.abs(adv["target"]).max() == pytest.approx(clip)  # the clip engages
+    _, strat, _, _ = local("leduc_external", COMBOS[1])
+    assert len(strat) > 0
+
+
+def test_max_depth_bounds_depth_histogram():
+    _, _, stats, _ = local("lc_external_depth4", COMBOS[1])
+    hist = np.array(stats["depth_hist"])
+    assert hist[5:].sum() == 0 and hist[4] > 0
+
+
+def test_max_nodes_bounds_nodes_per_traversal():
+    game, cfg, ids, trav, models = case_setup("lc_external_max_nodes_uniform_fallback")
+    ev = LocalEvaluator(models)
+    for tid, p in zip(ids, trav):
+        _, _, stats = run_local(game, cfg, [tid], [p], iteration=ITERATION, run_seed=RUN_SEED,
+                                evaluator=ev, machines=3)
+        # only the first max_nodes nodes of a traversal may be expanded; every later
+        # non-terminal node is a cutoff
+        interior = stats["nodes"] - stats["cutoffs"] - stats["terminals"]
+        assert stats["nodes"] > cfg.max_nodes
+        assert 0 < interior <= cfg.max_nodes
+        assert stats["cutoffs"] > 0
+
+
+# ---------------------------------------------------------------------------
+# 2. independence of grouping, threads, capacity and id order
+
+@pytest.mark.parametrize("case", ["kuhn_external", "leduc_outcome_clip", "lc_outcome_depth_rollout",
+                                  "lc_external_max_nodes_uniform_fallback"])
+def test_independent_of_layout(case):
+    runs = {combo: local(case, combo) for combo in COMBOS}
+    base_adv, base_strat, base_stats, _ = runs[COMBOS[0]]
+    for combo, (adv, strat, stats, _) in runs.items():
+        exact = combo[1] == 1
+        assert_same_samples(adv, base_adv, exact, f"{case} {combo} advantage")
+        assert_same_samples(strat, base_strat, exact, f"{case} {combo} strategy")
+        for k in STAT_FIELDS:
+            if k != "blocked":
+                assert stats[k] == base_stats[k], (combo, k)
+        assert stats["depth_hist"] == base_stats["depth_hist"]
+
+
+def test_independent_of_id_order_and_split():
+    case = "leduc_outcome_clip"
+    game, cfg, ids, trav, models = case_setup(case)
+    base_adv, base_strat, _, _ = local(case, COMBOS[0])
+    perm = np.random.default_rng(0).permutation(len(ids))
+    adv, strat, _ = run_local(game, cfg, ids[perm], trav[perm], iteration=ITERATION, run_seed=RUN_SEED,
+                              evaluator=LocalEvaluator(models), groups=3, machines=4, threads=2)
+    assert_same_samples(sort_samples(adv), base_adv, what="permuted advantage")
+    assert_same_samples(sort_samples(strat), base_strat, what="permuted strategy")
+    # two halves run separately give the union
+    half = len(ids) // 2
+    parts = [run_local(game, cfg, ids[s], trav[s], iteration=ITERATION, run_seed=RUN_SEED,
+                       evaluator=LocalEvaluator(models), machines=5)
+             for s in (slice(0, half), slice(half, None))]
+    adv = sort_samples({k: np.concatenate([p[0][k] for p in parts]) for k in base_adv})
+    assert_same_samples(adv, base_adv, what="split advantage")
+
+
+def test_seed_iteration_and_traverser_matter():
+    case = "leduc_external"
+    game, cfg, ids, trav, models = case_setup(case)
+    base_adv, _, _, _ = local(case, COMBOS[1])
+    ev = LocalEvaluator(models)
+    other_seed, _, _ = run_local(game, cfg, ids, trav, iteration=ITERATION, run_seed=RUN_SEED + 1, evaluator=ev)
+    other_iter, _, _ = run_local(game, cfg, ids, trav, iteration=ITERATION + 1, run_seed=RUN_SEED, evaluator=ev)
+    flipped, _, _ = run_local(game, cfg, ids, 1 - trav, iteration=ITERATION, run_seed=RUN_SEED, evaluator=ev)
+    for other in (other_seed, other_iter, flipped):
+        other = sort_samples(other)
+        assert len(other) != len(base_adv) or not np.array_equal(other["info"], base_adv["info"])
+    np.testing.assert_array_equal(flipped["player"], 1 - flipped["traversal"] % 2)
+
+
+# ---------------------------------------------------------------------------
+# 3. uniform policy mode
+
+@pytest.mark.parametrize("case", ["kuhn_external", "leduc_outcome_clip", "lc_external_depth4",
+                                  "lc_external_max_nodes_uniform_fallback"])
+@pytest.mark.parametrize("combo", [(1, 1, 1, 65536), (3, 4, 2, 2)], ids=lambda c: "g%d_m%d_t%d_cap%d" % c)
+def test_uniform_policy_matches_reference(case, combo):
+    ref_adv, ref_strat, counter = reference(case, uniform=True)
+    adv, strat, stats, _ = local(case, combo, uniform=True)
+    assert_same_samples(adv, ref_adv, exact_targets=True, what=f"{case} uniform advantage")
+    assert_same_samples(strat, ref_strat, exact_targets=True, what=f"{case} uniform strategy")
+    assert stats["queries"] == 0 and counter["queries"] == 0
+    assert stats["fallbacks"] == 0
+    assert stats["nodes"] == counter["nodes"] and stats["cutoffs"] == counter["cutoffs"]
+    assert stats["traversals"] == CASES[case][3]
+    if len(strat):
+        n_legal = strat["mask"].sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(strat["target"], strat["mask"] / n_legal, rtol=1e-6)
+    # the uniform run is not the network run
+    net_adv, _, _, _ = local(case, combo)
+    assert len(net_adv) != len(adv) or not np.allclose(net_adv["target"], adv["target"])
+
+
+# ---------------------------------------------------------------------------
+# 4. sample buffer semantics, driving a MachineGroup directly
+
+def _concat(parts, like):
+    return {k: np.concatenate([p[k] for p in parts]) if parts else like[k][:0] for k in like}
+
+
+def drive(group, evaluator, on_blocked=None, max_rounds=200000):
+    adv, strat = [], []
+    rounds = 0
+    while not group.finished():
+        rounds += 1
+        assert rounds < max_rounds, "group does not finish"
+        n = group.step()
+        assert 0 <= n <= group.requests.shape[0]
+        assert n == group.n_requests
+        if n:
+            assert set(np.unique(group.request_machine[:n])) <= set(range(group.requests.shape[0]))
+            assert len(np.unique(group.request_machine[:n])) == n     # one row per parked machine
+            evaluator(group, n)
+            group.resume(n)
+            assert group.n_requests == 0
+        if group.blocked():
+            if on_blocked:
+                on_blocked(group)
+            adv.append(group.drain_advantage())
+            strat.append(group.drain_strategy())
+    assert group.blocked() == 0 and group.pending() == 0
+    assert group.step() == 0                      # nothing left to do
+    adv.append(group.drain_advantage())
+    strat.append(group.drain_strategy())
+    return adv, strat
+
+
+@pytest.mark.parametrize("which", ["advantage", "strategy"])
+def test_capacity_one_blocks_and_loses_nothing(which):
+    case = "lc_outcome_depth_rollout"
+    game, cfg, ids, trav, models = case_setup(case)
+    ev = LocalEvaluator(models)
+    caps = dict(adv_capacity=1, strat_capacity=65536) if which == "advantage" else \
+        dict(adv_capacity=65536, strat_capacity=1)
+    idx = 0 if which == "advantage" else 1
+    group = MachineGroup(game, cfg, n_machines=6, **caps)
+    group.start(ids, trav, ITERATION, RUN_SEED, float(ITERATION))
+    assert group.pending() == len(ids) and not group.finished()
+    events = []
+
+    def on_blocked(g):
+        counts = g.sample_counts()
+        assert counts[idx] == 1, counts          # the full buffer is the one of capacity 1
+        assert g.blocked() > 0
+        events.append(g.blocked())
+
+    adv_parts, strat_parts = drive(group, ev, on_blocked)
+    parts = adv_parts if which == "advantage" else strat_parts
+    # each drain at a block gives exactly the one row the buffer holds
+    assert len(parts) - 1 == len(events) > 0
+    assert all(len(p) == 1 for p in parts[:-1])
+    assert len(parts[-1]) <= 1                     # the final drain after the last traversal
+    stats = group.stats()
+    assert stats["blocked"] >= len(events) > 0
+    assert stats["traversals"] == len(ids)
+
+    big = MachineGroup(game, cfg, n_machines=6)
+    big.start(ids, trav, ITERATION, RUN_SEED, float(ITERATION))
+    big_adv, big_strat = drive(big, ev)
+    assert big.stats()["blocked"] == 0
+    ref_adv, ref_strat, _ = reference(case)
+    for got, want, ref in ((adv_parts, big_adv, ref_adv), (strat_parts, big_strat, ref_strat)):
+        got = sort_samples(_concat(got, ref))
+        want = sort_samples(_concat(want, ref))
+        assert len(got) == len(want) == len(ref)
+        assert_same_samples(got, want, what=f"capacity 1 ({which})")
+        assert_same_samples(got, ref, what=f"capacity 1 ({which}) vs reference")
+    assert stats["adv_samples"] == big.stats()["adv_samples"] == len(ref_adv)
+    assert stats["strat_samples"] == big.stats()["strat_samples"] == len(ref_strat)
+
+
+def test_group_reuse_and_drain_empties():
+    case = "leduc_external"
+    game, cfg, ids, trav, models = case_setup(case)
+    ev = LocalEvaluator(models)
+    group = MachineGroup(game, cfg, n_machines=5)
+    assert group.finished() and group.pending() == 0
+    for it in (ITERATION, ITERATION + 4):
+        group.start(ids, trav, it, RUN_SEED, 0.5)
+        adv, strat = drive(group, ev)
+        adv = sort_samples(_concat(adv, adv[0]))
+        want, _, _ = run_local(game, cfg, ids, trav, iteration=it, run_seed=RUN_SEED, weight=0.5, evaluator=ev)
+        assert_same_samples(adv, sort_samples(want), what=f"reused group iteration {it}")
+        assert np.all(adv["weight"] == 0.5)
+        assert group.sample_counts() == (0, 0)
+        assert len(group.drain_advantage()) == 0 and len(group.drain_strategy()) == 0
+    stats = group.stats(reset=True)
+    assert stats["traversals"] == 2 * len(ids)
+    assert group.stats()["traversals"] == 0 and sum(group.stats()["depth_hist"]) == 0
+
+
+def test_empty_queue_and_more_groups_than_ids():
+    game, cfg, ids, trav, models = case_setup("kuhn_external")
+    group = MachineGroup(game, cfg, n_machines=3)
+    group.start(np.zeros(0, np.int64), 0, 1, 0)
+    assert group.step() == 0 and group.finished() and group.pending() == 0
+    adv, strat, stats = run_local(game, cfg, ids[:2], trav[:2], iteration=ITERATION, run_seed=RUN_SEED,
+                                  evaluator=LocalEvaluator(models), groups=5, machines=2, threads=2)
+    assert stats["traversals"] == 2
+    assert set(adv["traversal"]) <= set(ids[:2]) and len(adv) > 0
+
+
+# ---------------------------------------------------------------------------
+# 5. regret matching and sampling internals
+
+def test_regret_match_positive_over_legal_only():
+    adv = np.array([1.0, 100.0, 3.0, -2.0, 50.0], np.float32)
+    sigma, fb = _py_regret_match(adv, [0, 2, 3], False)
+    np.testing.assert_allclose(sigma, [0.25, 0.75, 0.0])
+    assert fb is False
+    sigma, fb = _py_regret_match(adv, [3, 0], True)
+    np.testing.assert_allclose(sigma, [0.0, 1.0])
+    assert fb is False
+
+
+def test_regret_match_argmax_fallback():
+    adv = np.array([-1.0, 100.0, -0.5, -3.0], np.float32)
+    sigma, fb = _py_regret_match(adv, [0, 2, 3], False)       # illegal 100 ignored
+    np.testing.assert_array_equal(sigma, [0.0, 1.0, 0.0])
+    assert fb is True
+    # ties: the first maximum wins
+    sigma, fb = _py_regret_match(np.array([0.0, -1.0, 0.0, 0.0], np.float32), [1, 2, 3, 0], False)
+    np.testing.assert_array_equal(sigma, [0.0, 1.0, 0.0, 0.0])
+    assert fb is True
+    sigma, fb = _py_regret_match(np.array([-2.0, -2.0], np.float32), [1, 0], False)
+    np.testing.assert_array_equal(sigma, [1.0, 0.0])
+
+
+def test_regret_match_uniform_fallback():
+    adv = np.array([-1.0, 100.0, 0.0, -3.0], np.float32)
+    sigma, fb = _py_regret_match(adv, [0, 2, 3], True)
+    np.testing.assert_allclose(sigma, [1 / 3] * 3)
+    assert fb is True
+
+
+def test_regret_match_agrees_with_reference_function():
+    from traverser.reference import regret_match
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        adv = rng.normal(size=8).astype(np.float32)
+        if rng.random() < 0.3:
+            adv = -np.abs(adv)
+        legal = sorted(rng.choice(8, size=rng.integers(2, 9), replace=False).tolist())
+        for uf in (False, True):
+            counter = {"fallbacks": 0}
+            want = regret_match(adv, legal, uf, counter)
+            got, fb = _py_regret_match(adv, legal, uf)
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+            assert fb == bool(counter["fallbacks"])
+            assert got.sum() == pytest.approx(1.0)
+
+
+def test_sample_boundaries():
+    p = [0.25, 0.5, 0.25]
+    assert _py_sample(p, 0.0) == 0
+    assert _py_sample(p, 0.2499) == 0
+    assert _py_sample(p, 0.25) == 1
+    assert _py_sample(p, 0.7499) == 1
+    assert _py_sample(p, 0.75) == 2
+    assert _py_sample(p, 0.999999) == 2
+    assert _py_sample(p, 1.0) == 2                 # past the total: the last positive entry
+    q = [0.0, 0.5, 0.5, 0.0]
+    assert _py_sample(q, 0.0) == 1                 # zero-probability entries are never chosen
+    assert _py_sample(q, 0.5) == 2
+    assert _py_sample(q, 1.0) == 2
+    assert _py_sample([0.0, 0.0, 1.0], 0.0) == 2
+    assert _py_sample([1.0, 0.0, 0.0], 0.999) == 0
+    assert _py_sample([0.0, 0.0, 0.0], 0.3) == 0
+
+
+# ---------------------------------------------------------------------------
+# 6. errors
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(algorithm="foo"), "algorithm"),
+    (dict(epsilon=1.5), "epsilon"),
+    (dict(epsilon=-0.1), "epsilon"),
+    (dict(algorithm="outcome", epsilon=0.0), "epsilon"),
+    (dict(fallback="x"), "fallback"),
+    (dict(rollouts=-1), "rollouts"),
+    (dict(strategy_interval=-1), "strategy_interval"),
+    (dict(value_clip=-1.0), "value_clip"),
+    (dict(max_depth=200000), "max_depth"),
+])
+def test_bad_config_raises(kw, field):
+    game = game_for("kuhn_poker", {})
+    with pytest.raises(ValueError, match=field):
+        MachineGroup(game, TraverserConfig(**kw), n_machines=2)
+    with pytest.raises(ValueError, match=field):
+        run_local(game, TraverserConfig(**kw, uniform_policy=True), [0, 1], 0)
+
+
+def test_external_sampling_accepts_epsilon_zero():
+    game = game_for("kuhn_poker", {})
+    MachineGroup(game, TraverserConfig(epsilon=0.0), n_machines=1)      # only outcome sampling needs it
+
+
+@pytest.mark.parametrize("kw", [dict(n_machines=0), dict(n_machines=-3), dict(adv_capacity=0),
+                                dict(strat_capacity=0)])
+def test_machine_group_bad_sizes(kw):
+    with pytest.raises(ValueError):
+        MachineGroup(game_for("kuhn_poker", {}), TraverserConfig(), **kw)
+
+
+def test_protocol_errors():
+    game, cfg, ids, trav, models = case_setup("leduc_external")
+    ev = LocalEvaluator(models)
+    group = MachineGroup(game, cfg, n_machines=4)
+    group.start(ids, trav, ITERATION, RUN_SEED, float(ITERATION))
+    with pytest.raises(RuntimeError):
+        group.start(ids, trav, ITERATION, RUN_SEED)        # queue not finished
+    n = group.step()
+    assert n > 0
+    with pytest.raises(RuntimeError):
+        group.step()                                     # requests not resumed
+    with pytest.raises(ValueError):
+        group.resume(n + 1)
+    with pytest.raises(ValueError):
+        group.resume(n - 1)
+    assert group.n_requests == n                         # the failed calls changed nothing
+    ev(group, n)
+    group.resume(n)
+    with pytest.raises(ValueError):
+        group.resume(1)                                  # nothing waiting now
+    with pytest.raises(RuntimeError):
+        group.start(ids, trav, ITERATION, RUN_SEED)
+    adv, _ = drive(group, ev)
+    got = sort_samples(_concat(adv, adv[0]))
+    want, _, _, _ = local("leduc_external", COMBOS[0])
+    assert_same_samples(got, want, what="after protocol errors")
+
+
+def test_start_argument_errors():
+    game = game_for("kuhn_poker", {})
+    group = MachineGroup(game, TraverserConfig(), n_machines=2)
+    with pytest.raises(ValueError, match="traversers"):
+        group.start([0, 1], [0, 2], 1, 0)
+    with pytest.raises(ValueError, match="traversers"):
+        group.start([0, 1], -1, 1, 0)
+    with pytest.raises(ValueError):
+        group.start([[0, 1]], 0, 1, 0)
+
+
+def test_run_local_argument_errors():
+    game, cfg, ids, trav, models = case_setup("kuhn_external")
+    with pytest.raises(ValueError, match="evaluator"):
+        run_local(game, cfg, ids, trav)
+    with pytest.raises(ValueError, match="threads"):
+        run_local(game, cfg, ids, trav, evaluator=LocalEvaluator(models), groups=1, threads=2)
+    with pytest.raises(ValueError, match="threads"):
+        run_local(game, cfg, ids, trav, evaluator=LocalEvaluator(models), groups=2, threads=0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_missing_model_id_raises_key_error(threads):
+    game, _, ids, trav, models = case_setup("kuhn_external")
+    cfg = TraverserConfig(model_ids=(0, 7))
+    with pytest.raises(KeyError, match="no model 7"):
+        run_local(game, cfg, ids, trav, evaluator=LocalEvaluator(models), groups=2, machines=3, threads=threads)
+    # with both ids present the same config runs, and player 1's rows go to model 7
+    ev = LocalEvaluator({0: models[0], 7: models[1]})
+    adv, strat, stats = run_local(game, cfg, ids, trav, iteration=ITERATION, run_seed=RUN_SEED, evaluator=ev)
+    want_adv, want_strat, _, _ = local("kuhn_external", COMBOS[0])
+    assert_same_samples(sort_samples(adv), want_adv, what="model id 7")
+    assert_same_samples(sort_samples(strat), want_strat, what="model id 7")
+
+
+def test_request_rows_name_the_players_model():
+    game, _, ids, trav, models = case_setup("leduc_external")
+    cfg = TraverserConfig(model_ids=(4, 9))
+    group = MachineGroup(game, cfg, n_machines=8)
+    group.start(ids, trav, ITERATION, RUN_SEED)
+    seen = set()
+    ev = LocalEvaluator({4: models[0], 9: models[1]})
+    while not group.finished():
+        n = group.step()
+        if n:
+            seen |= set(group.request_model[:n].tolist())
+            ev(group, n)
+            group.resume(n)
+    assert seen == {4, 9}
+
+
+# ---------------------------------------------------------------------------
+# 7. sanity of the rows; 8. depth histogram
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_sample_sanity(case):
+    adv, strat, stats, _ = local(case, COMBOS[1])
+    ids = case_setup(case)[2]
+    assert len(adv) > 0
+    for name, s in (("advantage", adv), ("strategy", strat)):
+        mask = s["mask"].astype(bool)
+        assert set(np.unique(s["mask"])) <= {0, 1}
+        assert np.all(s["target"][~mask] == 0.0), name
+        assert np.all(mask.sum(axis=1) >= 2), name          # forced nodes write no sample
+        assert np.all(s["weight"] == ITERATION), name
+        assert set(s["traversal"].tolist()) <= set(ids.tolist()), name
+        assert np.all(np.isfinite(s["target"])), name
+        assert np.all(np.isfinite(s["info"])), name
+    # advantage samples belong to the traverser, strategy samples to the opponent
+    np.testing.assert_array_equal(adv["player"], adv["traversal"] % 2)
+    np.testing.assert_array_equal(strat["player"], 1 - strat["traversal"] % 2)
+    # strategy targets are distributions over the legal actions
+    if len(strat):
+        assert np.all(strat["target"] >= 0)
+        np.testing.assert_allclose(strat["target"].sum(axis=1), 1.0, atol=1e-5)
+    # seq numbers the samples of one traversal 0..k-1 across both buffers
+    for tid in ids:
+        seqs = np.concatenate([adv["seq"][adv["traversal"] == tid], strat["seq"][strat["traversal"] == tid]])
+        np.testing.assert_array_equal(np.sort(seqs), np.arange(len(seqs)))
+    # every traversal writes at least one advantage sample when the traverser acts
+    if CASES[case][2].get("algorithm", "external") == "external" and case.startswith("leduc"):
+        assert set(adv["traversal"].tolist()) == set(ids.tolist())
+    # external sampling: the node value is a sigma-average of the child values, so it lies
+    # between their min and max: no row of regrets is all-positive or all-negative
+    if CASES[case][2].get("algorithm", "external") == "external":
+        t = np.where(adv["mask"].astype(bool), adv["target"], np.nan)
+        assert not np.any(np.nanmin(t, axis=1) > 1e-6)
+        assert not np.any(np.nanmax(t, axis=1) < -1e-6)
+
+
+def test_weight_override():
+    game, cfg, ids, trav, models = case_setup("leduc_outcome_clip")
+    adv, strat, _ = run_local(game, cfg, ids, trav, iteration=ITERATION, run_seed=RUN_SEED, weight=0.25,
+                              evaluator=LocalEvaluator(models), machines=4)
+    assert np.all(adv["weight"] == 0.25) and np.all(strat["weight"] == 0.25)
+    base, _, _, _ = local("leduc_outcome_clip", COMBOS[0])
+    np.testing.assert_allclose(sort_samples(adv)["target"], base["target"], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_depth_histogram_sums_to_nodes(case):
+    _, _, stats, _ = local(case, COMBOS[1])
+    hist = stats["depth_hist"]
+    assert len(hist) == 64
+    assert sum(hist) == stats["nodes"] > 0
+    assert hist[0] == CASES[case][3]                    # one root per traversal
+    assert all(h >= 0 for h in hist)
+
+
+def test_merge_stats():
+    a = {k: i + 1 for i, k in enumerate(STAT_FIELDS)}
+    a["depth_hist"] = [1, 2, 3]
+    b = {k: 10 * (i + 1) for i, k in enumerate(STAT_FIELDS)}
+    b["depth_hist"] = [4, 5, 6]
+    out = merge_stats([a, b])
+    assert [out[k] for k in STAT_FIELDS] == [11 * (i + 1) for i in range(len(STAT_FIELDS))]
+    assert out["depth_hist"] == [5, 7, 9]

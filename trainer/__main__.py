@@ -1,0 +1,55 @@
+"""`python -m trainer --config configs/NAME.yaml [--set section.key=value ...] [--resume RUN_DIR]`
+
+Deep CFR training. With no service endpoints configured it starts the batcher
+and the workers itself (the embedded local default), so one command trains.
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from trainer.config import ConfigError, config_from_dict, load_config, apply_overrides, validate
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m trainer", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=None, help="YAML config (configs/*.yaml); defaults if omitted")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override a config value (repeatable), e.g. --set train.iterations=20")
+    ap.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    ap.add_argument("--run-dir", default=None, help="run directory (default: run.dir/run.name)")
+    args = ap.parse_args(argv)
+    from trainer import checkpoint as ck
+    try:
+        resume = None
+        if args.resume:
+            resume = ck.load_checkpoint(args.resume)
+            cfg = config_from_dict(resume["config"])
+            apply_overrides(cfg, args.set)
+            validate(cfg)
+            run_dir = Path(args.resume)
+        else:
+            cfg = load_config(args.config, args.set)
+            name = cfg.run.name or f"{cfg.game.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+            run_dir = Path(args.run_dir) if args.run_dir else Path(cfg.run.dir) / name
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from trainer.loop import Trainer
+    try:
+        metrics = Trainer(cfg, run_dir, resume=resume).run()
+    except KeyboardInterrupt:
+        print("interrupted; services stopped", file=sys.stderr)
+        return 130
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    from trainer.evaluate import format_table
+    print(f"\nfinal evaluation after iteration {metrics.get('iteration')} ({run_dir}):")
+    print(format_table(metrics))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The run config: one typed dataclass per section, loaded from YAML with
+`--set section.key=value` overrides. Unknown keys and values of the wrong type
+are rejected with a message that names them."""
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+
+import yaml
+
+from traverser.config import TraverserConfig
+
+
+@dataclass
+class GameSection:
+    name: str = "lost_cities"
+    """Engine game: lost_cities, leduc_poker or kuhn_poker."""
+    params: dict = field(default_factory=dict)
+    """Game parameters (docs/engine.md), e.g. {colours: 6}."""
+
+
+@dataclass
+class NetworkSection:
+    hidden: list = field(default_factory=lambda: [512, 512, 512])
+    """Hidden layer widths of the advantage and strategy MLPs."""
+
+
+@dataclass
+class TrainSection:
+    iterations: int = 100
+    """Deep CFR iterations."""
+    traversals: int = 2048
+    """Traversals per player per iteration."""
+    adv_steps: int = 300
+    """SGD steps when training an advantage net."""
+    strategy_steps: int = 1000
+    """SGD steps when training the strategy net."""
+    batch_size: int = 1024
+    """Rows per SGD step."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    adv_memory: int = 1000000
+    """Reservoir capacity of each player's advantage memory (rows)."""
+    strategy_memory: int = 1000000
+    """Reservoir capacity of the strategy memory (rows)."""
+    reinit_advantage: bool = True
+    """Re-initialise the advantage net before each training (else warm-start)."""
+    strategy_every: int = 10
+    """Train the strategy net every n iterations (and at evaluations and the end)."""
+    device: str = "auto"
+    """Training device: auto, cuda or cpu."""
+    grad_clip: float = 1.0
+    """Gradient norm clip (0 = none)."""
+    torch_threads: int = 1
+    """torch CPU threads in the trainer process."""
+    time_limit_s: float = 0.0
+    """Stop after the iteration that passes this wall-clock budget (0 = none)."""
+
+
+@dataclass
+class ServiceSection:
+    batcher: str = ""
+    """Batcher endpoint to use; empty = start one as a local subprocess."""
+    jobs_bind: str = "tcp://127.0.0.1:0"
+    """Where the trainer serves jobs to workers (port 0 = any free port)."""
+    workers: int = 1
+    """Local worker processes to start (0 = use workers started elsewhere)."""
+    worker_threads: int = 1
+    """Stepping threads per worker."""
+    groups: int = 4
+    """Machine groups per worker thread (in flight at once)."""
+    machines: int = 128
+    """State machines per group."""
+    job_size: int = 0
+    """Traversals per job (0 = traversals / (2 * workers), at least 1)."""
+    batcher_device: str = "auto"
+    """Device of the embedded batcher: auto, cuda or cpu."""
+    batcher_threads: int = 1
+    """torch CPU threads of the embedded batcher."""
+    max_batch: int = 2048
+    """Embedded batcher: most rows per forward."""
+    max_wait_us: int = 500
+    """Embedded batcher: longest wait after the oldest queued row."""
+    max_restarts: int = 3
+    """Restarts allowed per local child before the run stops with an error."""
+    heartbeat_timeout_s: float = 60.0
+    """A worker silent this long while holding a job is presumed dead; its job is handed out again."""
+
+
+@dataclass
+class EvalSection:
+    every: int = 10
+    """Evaluate every n iterations (0 = only at the end)."""
+    lc_games: int = 200
+    """Lost Cities: games per opponent."""
+    opponents: list = field(default_factory=lambda: ["random", "heuristic"])
+    """Lost Cities opponents."""
+    openspiel: bool = True
+    """Poker: also compute exploitability with OpenSpiel (if installed)."""
+
+
+@dataclass
+class RunSection:
+    seed: int = 0
+    """Run seed (traversal deals, network init, reservoir sampling)."""
+    dir: str = "runs"
+    """Parent directory of run directories."""
+    name: str = ""
+    """Run directory name (empty = game name + start time)."""
+    checkpoint_every: int = 10
+    """Write a checkpoint every n iterations (and at the end)."""
+    save_memories: bool = False
+    """Include the reservoir memories in checkpoints."""
+    tensorboard: bool = True
+    """Write TensorBoard scalars to RUN_DIR/tb."""
+    progress: bool = True
+    """tqdm progress bars."""
+
+
+@dataclass
+class Config:
+    game: GameSection = field(default_factory=GameSection)
+    traversal: TraverserConfig = field(default_factory=TraverserConfig)
+    network: NetworkSection = field(default_factory=NetworkSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    service: ServiceSection = field(default_factory=ServiceSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+    run: RunSection = field(default_factory=RunSection)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _check_value(where, typ, value):
+    """value converted to typ, or ConfigError naming `where`."""
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+    elif typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif typ is str:
+        if isinstance(value, str):
+            return value
+    elif typ in (list, tuple):
+        if isinstance(value, (list, tuple)):
+            return typ(value)
+    elif typ is dict:
+        if isinstance(value, dict):
+            return dict(value)
+    raise ConfigError(f"config {where}: expected {typ.__name__}, got {type(value).__name__} {value!r}")
+
+
+def _apply(obj, data, prefix):
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {prefix or 'file'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    for key, value in data.items():
+        where = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            raise ConfigError(f"config {where}: unknown key (known: {', '.join(sorted(names))})")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            _apply(current, value, where)
+        else:
+            setattr(obj, key, _check_value(where, hints[key], value))
+
+
+def config_from_dict(data):
+    cfg = Config()
+    _apply(cfg, data or {}, "")
+    validate(cfg)
+    return cfg
+
+
+def load_config(path=None, overrides=()):
+    """Config from a YAML file (or defaults) plus `section.key=value` overrides."""
+    data = {}
+    if path is not None:
+        try:
+            with open(path) as f:
+                data = yaml.safe_load(f) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} not found") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    cfg = Config()
+    _apply(cfg, data, "")
+    apply_overrides(cfg, overrides)
+    validate(cfg)
+    return cfg
+
+
+def apply_overrides(cfg, overrides):
+    """Apply `section.key=value` items (value parsed as YAML; a.b.c reaches
+    into mapping fields such as game.params)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(f"--set {item!r}: expected section.key=value")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        parts = key.split(".")
+        target, i = cfg, 0
+        while i < len(parts) - 1 and dataclasses.is_dataclass(getattr(target, parts[i], None)):
+            target = getattr(target, parts[i])
+            i += 1
+        if target is cfg:
+            raise ConfigError(f"--set {item!r}: unknown section {parts[0]!r} "
+                              f"(known: {', '.join(f.name for f in dataclasses.fields(cfg))})")
+        field_name, rest = parts[i], parts[i + 1:]
+        if rest:
+            current = getattr(target, field_name, None)
+            if not isinstance(current, dict):
+                raise ConfigError(f"--set {item!r}: {'.'.join(parts[:i + 1])} is not a mapping")
+            merged = dict(current)
+            node = merged
+            for part in rest[:-1]:
+                node = node.setdefault(part, {})
+            node[rest[-1]] = value
+            value = merged
+        _apply(target, {field_name: value}, ".".join(parts[:i]))
+
+
+def validate(cfg):
+    """Range checks that types alone do not catch."""
+    import engine
+    try:
+        engine.load_game(cfg.game.name, **cfg.game.params)
+    except ValueError as e:
+        raise ConfigError(f"config game: {e}") from None
+    checks = [
+        ("train.iterations", cfg.train.iterations >= 1),
+        ("train.traversals", cfg.train.traversals >= 1),
+        ("train.batch_size", cfg.train.batch_size >= 1),
+        ("train.lr", cfg.train.lr > 0),
+        ("train.adv_memory", cfg.train.adv_memory >= 1),
+        ("train.strategy_memory", cfg.train.strategy_memory >= 1),
+        ("train.adv_steps", cfg.train.adv_steps >= 0),
+        ("train.strategy_steps", cfg.train.strategy_steps >= 0),
+        ("train.strategy_every", cfg.train.strategy_every >= 0),
+        ("train.device", cfg.train.device in ("auto", "cpu") or cfg.train.device.startswith("cuda")),
+        ("network.hidden", len(cfg.network.hidden) >= 1 and all(isinstance(h, int) and h >= 1 for h in cfg.network.hidden)),
+        ("service.workers", cfg.service.workers >= 0),
+        ("service.worker_threads", cfg.service.worker_threads >= 1),
+        ("service.groups", cfg.service.groups >= 1),
+        ("service.machines", cfg.service.machines >= 1),
+        ("service.job_size", cfg.service.job_size >= 0),
+        ("service.max_restarts", cfg.service.max_restarts >= 0),
+        ("eval.every", cfg.eval.every >= 0),
+        ("eval.lc_games", cfg.eval.lc_games >= 0),
+        ("eval.opponents", all(o in ("random", "heuristic") for o in cfg.eval.opponents)),
+        ("run.checkpoint_every", cfg.run.checkpoint_every >= 0),
+        ("traversal.algorithm", cfg.traversal.algorithm in ("external", "outcome")),
+        ("traversal.fallback", cfg.traversal.fallback in ("argmax", "uniform")),
+        ("traversal.epsilon", 0.0 <= cfg.traversal.epsilon <= 1.0),
+    ]
+    for name, ok in checks:
+        if not ok:
+            section, key = name.split(".")
+            raise ConfigError(f"config {name}: bad value {getattr(getattr(cfg, section), key)!r}")
+    if cfg.service.workers == 0 and not cfg.service.batcher:
+        raise ConfigError("config service.workers: 0 local workers needs service.batcher (workers started elsewhere)")
+
+
+def config_to_dict(cfg):
+    return dataclasses.asdict(cfg)

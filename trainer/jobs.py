@@ -1,0 +1,243 @@
+"""Job hand-out and sample collection between the trainer and its workers.
+
+The trainer binds a ROUTER socket; each worker connects a DEALER and says
+`hello` (with its pid), then `ready`. The trainer answers `ready` with a
+`job` (iteration, traversal ids, traverser, seeds, the game and traversal
+config) or `idle` (ask again later). While it runs a job the worker streams
+`samples` chunks (raw column frames) and `heartbeat`s with its progress, and
+ends with `done` (row counts). The trainer stages a job's samples and commits
+them to the memories only at `done`, in job order; a job whose worker dies
+(process exit, or silence past the heartbeat timeout) is handed out again and
+its staged samples are dropped. So every traversal id is counted exactly once
+and sample counts stay exact.
+
+Headers are msgpack (batcher.protocol.pack/unpack_header); arrays are raw
+frames described in the header. Nothing is pickled.
+"""
+import collections
+import time
+
+import numpy as np
+import zmq
+
+from batcher import protocol as P
+
+HELLO, READY, JOB, IDLE, SAMPLES, HEARTBEAT, DONE, STOP, FAILED = (
+    "hello", "ready", "job", "idle", "samples", "heartbeat", "done", "stop", "failed")
+
+ARRAY_DTYPES = {"uint8", "int8", "int32", "int64", "float16", "float32"}
+
+
+def pack_arrays(arrays):
+    """(meta list, frames) for a dict of numpy arrays."""
+    meta, frames = [], []
+    for name, arr in arrays.items():
+        arr = np.ascontiguousarray(arr)
+        meta.append({"name": name, "dtype": str(arr.dtype), "shape": list(arr.shape)})
+        frames.append(arr)
+    return meta, frames
+
+
+def unpack_arrays(meta, frames):
+    """Inverse of pack_arrays, checking dtypes and sizes."""
+    if not isinstance(meta, list) or len(meta) != len(frames):
+        raise P.ProtocolError("bad_frames", f"{len(frames)} frames for {len(meta) if isinstance(meta, list) else '?'} arrays")
+    out = {}
+    for m, frame in zip(meta, frames):
+        if m.get("dtype") not in ARRAY_DTYPES:
+            raise P.ProtocolError("bad_dtype", f"array {m.get('name')!r} dtype {m.get('dtype')!r} not allowed")
+        shape = m.get("shape")
+        dtype = np.dtype(m["dtype"])
+        buf = memoryview(frame)
+        if not isinstance(shape, list) or int(np.prod(shape)) * dtype.itemsize != buf.nbytes:
+            raise P.ProtocolError("bad_shape", f"array {m.get('name')!r}: {buf.nbytes} bytes do not fit {shape} {dtype}")
+        out[m["name"]] = np.frombuffer(buf, dtype=dtype).reshape(shape)
+    return out
+
+
+class Job:
+    __slots__ = ("job_id", "iteration", "traverser", "ids", "weight", "attempt", "worker", "assigned_at",
+                 "staged", "progress")
+
+    def __init__(self, job_id, iteration, traverser, ids, weight):
+        self.job_id = job_id
+        self.iteration = iteration
+        self.traverser = traverser
+        self.ids = ids
+        self.weight = weight
+        self.attempt = 0
+        self.worker = None
+        self.assigned_at = 0.0
+        self.staged = {"adv": [], "strat": []}
+        self.progress = 0
+
+
+class JobServer:
+    """Trainer side. `run_phase` hands out one phase's jobs and returns when
+    all are done; `commit(job, adv, strat)` receives each job's samples in
+    job order."""
+
+    def __init__(self, bind, heartbeat_timeout_s=60.0, context=None):
+        self.ctx = context or zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        if bind.endswith(":0"):
+            port = self.sock.bind_to_random_port(bind[:-2])
+            self.endpoint = f"{bind[:-2]}:{port}"
+        else:
+            try:
+                self.sock.bind(bind)
+            except zmq.ZMQError as e:
+                self.sock.close(0)
+                raise RuntimeError(f"cannot bind the job endpoint {bind}: {e.strerror}") from None
+            self.endpoint = bind
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.workers = {}          # identity -> {"pid": int, "last": time, "job": Job or None}
+        self.requeued = 0
+        self.dropped_rows = 0
+        self.failures = []
+
+    def close(self):
+        self.sock.close(0)
+
+    def connected_workers(self):
+        return len(self.workers)
+
+    def _send(self, identity, header, *frames):
+        try:
+            self.sock.send_multipart([identity, *P.pack(header, *frames)], copy=False)
+        except zmq.ZMQError:
+            pass
+
+    def worker_died(self, pid):
+        """A local worker process exited: hand its job out again."""
+        for ident, w in list(self.workers.items()):
+            if w["pid"] == pid:
+                self._requeue_worker(ident, f"worker pid {pid} exited")
+
+    def _requeue_worker(self, ident, why):
+        w = self.workers.pop(ident, None)
+        if w is None or w["job"] is None:
+            return
+        job = w["job"]
+        rows = sum(len(c["weight"]) for kind in ("adv", "strat") for c in job.staged[kind])
+        self.dropped_rows += rows
+        job.staged = {"adv": [], "strat": []}
+        job.worker = None
+        job.progress = 0
+        self._pending.appendleft(job)
+        self.requeued += 1
+        self._log(f"job {job.job_id} handed out again ({why}; {rows} partial sample rows dropped)")
+
+    def _log(self, msg):
+        if self.log is not None:
+            self.log(msg)
+
+    def run_phase(self, jobs, job_config, commit, supervise=None, progress=None, log=None, stop_check=None):
+        """Hand out `jobs` until all are done. job_config: dict sent with
+        every job (game, traversal config, run seed). supervise(): called
+        about every 0.2 s (restart dead children; may raise). progress(n):
+        traversals newly completed."""
+        self.log = log
+        self._pending = collections.deque(jobs)
+        by_id = {j.job_id: j for j in jobs}
+        done, next_commit = {}, 0
+        order = [j.job_id for j in jobs]
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        last_supervise = 0.0
+        while next_commit < len(order):
+            if poller.poll(200):
+                while True:
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._handle(frames, by_id, done, job_config, progress)
+            now = time.monotonic()
+            if now - last_supervise > 0.2:
+                last_supervise = now
+                if supervise is not None:
+                    supervise()
+                for ident, w in list(self.workers.items()):
+                    if w["job"] is not None and now - w["last"] > self.heartbeat_timeout_s:
+                        self._requeue_worker(ident, f"no heartbeat for {self.heartbeat_timeout_s:.0f} s")
+                if self.failures:
+                    raise RuntimeError(f"a worker failed: {self.failures[0]}")
+            while next_commit < len(order) and order[next_commit] in done:
+                job = done.pop(order[next_commit])
+                commit(job, job.staged["adv"], job.staged["strat"])
+                job.staged = None
+                next_commit += 1
+
+    def _handle(self, frames, by_id, done, job_config, progress):
+        ident = frames[0].bytes
+        try:
+            header = P.unpack_header(frames[1].buffer)
+        except (P.ProtocolError, IndexError) as e:
+            self._log(f"dropped a malformed message from a worker: {e}")
+            return
+        kind = header["type"]
+        w = self.workers.get(ident)
+        if w is None:
+            w = self.workers[ident] = {"pid": header.get("pid"), "last": time.monotonic(), "job": None}
+        w["last"] = time.monotonic()
+        if kind == HELLO:
+            w["pid"] = header.get("pid")
+        elif kind == READY:
+            if w["job"] is not None:
+                return
+            if self._pending:
+                job = self._pending.popleft()
+                job.attempt += 1
+                job.worker = ident
+                job.assigned_at = time.monotonic()
+                w["job"] = job
+                meta, frames_out = pack_arrays({"ids": np.asarray(job.ids, dtype=np.int64)})
+                self._send(ident, {"type": JOB, "job": job.job_id, "iteration": job.iteration,
+                                   "traverser": job.traverser, "weight": job.weight, "arrays": meta,
+                                   **job_config}, *frames_out)
+            else:
+                self._send(ident, {"type": IDLE})
+        elif kind in (SAMPLES, HEARTBEAT, DONE, FAILED):
+            job = w["job"]
+            if job is None or header.get("job") != job.job_id:
+                return   # a message about a job this worker no longer holds
+            if kind == SAMPLES:
+                try:
+                    arrays = unpack_arrays(header.get("arrays"), [f.buffer for f in frames[2:]])
+                except P.ProtocolError as e:
+                    self._log(f"bad sample chunk from worker pid {w['pid']}: {e}")
+                    return
+                job.staged[header.get("kind", "adv")].append({k: v.copy() for k, v in arrays.items()})
+            elif kind == HEARTBEAT:
+                n = int(header.get("traversals_done", job.progress))
+                if progress is not None and n > job.progress:
+                    progress(n - job.progress)
+                job.progress = n
+            elif kind == DONE:
+                counts = header.get("counts", [])
+                staged = [sum(len(c["weight"]) for c in job.staged[k]) for k in ("adv", "strat")]
+                if counts != staged:
+                    self._requeue_worker(ident, f"sample counts {staged} disagree with the worker's {counts}")
+                    return
+                if progress is not None and len(job.ids) > job.progress:
+                    progress(len(job.ids) - job.progress)
+                w["job"] = None
+                done[job.job_id] = job
+            elif kind == FAILED:
+                self.failures.append(f"pid {w['pid']}: {header.get('error')}")
+                self._requeue_worker(ident, "worker reported a failure")
+
+    def stop_workers(self, wait_s=2.0):
+        """Tell every known worker to exit."""
+        for ident in list(self.workers):
+            self._send(ident, {"type": STOP})
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and self.sock.poll(50):
+            try:
+                self.sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break

@@ -1,0 +1,136 @@
+"""The embedded local default: the trainer starts the batcher and N workers
+as subprocesses on loopback and supervises them.
+
+A child that dies is restarted (up to service.max_restarts times each; a
+dead worker's job is handed out again), after which the run stops with an
+error naming the child and its log. Children get SIGTERM when the trainer
+dies, however it dies (PR_SET_PDEATHSIG), so no orphans outlive a run.
+"""
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from batcher.client import wait_for_batcher
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent():
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Child:
+    def __init__(self, name, cmd, log_path):
+        self.name = name
+        self.cmd = cmd
+        self.log_path = Path(log_path)
+        self.proc = None
+        self.restarts = 0
+
+    def start(self):
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent, env=env)
+        log.close()
+        return self
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, n=5):
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except FileNotFoundError:
+            return ""
+        return "\n".join(lines[-n:])
+
+    def stop(self, grace_s=5.0):
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class LocalServices:
+    """Batcher (unless an endpoint is configured) and local workers."""
+
+    def __init__(self, cfg, run_dir, jobs_endpoint, log=print):
+        self.cfg = cfg
+        self.svc = cfg.service
+        self.run_dir = Path(run_dir)
+        self.jobs_endpoint = jobs_endpoint
+        self.log = log
+        self.batcher = None
+        self.workers = []
+        self.on_worker_death = None
+        if self.svc.batcher:
+            self.batcher_endpoint = self.svc.batcher
+        else:
+            self.batcher_endpoint = f"tcp://127.0.0.1:{free_port()}"
+
+    def start(self):
+        py = sys.executable
+        if not self.svc.batcher:
+            cmd = [py, "-m", "batcher", "--bind", self.batcher_endpoint, "--device", self.svc.batcher_device,
+                   "--max-batch", str(self.svc.max_batch), "--max-wait-us", str(self.svc.max_wait_us),
+                   "--torch-threads", str(self.svc.batcher_threads), "--log-interval", "30"]
+            self.batcher = Child("batcher", cmd, self.run_dir / "logs" / "batcher.log").start()
+            try:
+                wait_for_batcher(self.batcher_endpoint, timeout_s=60)
+            except Exception:
+                raise RuntimeError(f"the batcher did not start:\n{self.batcher.tail()}") from None
+        for i in range(self.svc.workers):
+            cmd = [py, "-m", "traverser", "--trainer", self.jobs_endpoint, "--batcher", self.batcher_endpoint,
+                   "--threads", str(self.svc.worker_threads), "--groups", str(self.svc.groups),
+                   "--machines", str(self.svc.machines)]
+            self.workers.append(Child(f"worker{i}", cmd, self.run_dir / "logs" / f"worker{i}.log").start())
+        return self
+
+    def supervise(self):
+        """Restart dead children; raise once a child has used up its restarts."""
+        for child in ([self.batcher] if self.batcher else []) + self.workers:
+            if child.alive():
+                continue
+            code = child.proc.returncode
+            if child.restarts >= self.svc.max_restarts:
+                raise RuntimeError(f"{child.name} exited with code {code} and has been restarted "
+                                   f"{child.restarts} times; see {child.log_path}:\n{child.tail()}")
+            child.restarts += 1
+            self.log(f"{child.name} (pid {child.proc.pid}) exited with code {code}; restarting "
+                     f"({child.restarts}/{self.svc.max_restarts})")
+            if child is not self.batcher and self.on_worker_death is not None:
+                self.on_worker_death(child.proc.pid)
+            child.start()
+            if child is self.batcher:
+                wait_for_batcher(self.batcher_endpoint, timeout_s=60)
+                if self.on_batcher_restart is not None:
+                    self.on_batcher_restart()
+
+    on_batcher_restart = None
+
+    def restarts(self):
+        return {c.name: c.restarts for c in ([self.batcher] if self.batcher else []) + self.workers}
+
+    def stop(self):
+        for w in self.workers:
+            w.stop()
+        if self.batcher:
+            self.batcher.stop()

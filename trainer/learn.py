@@ -1,0 +1,54 @@
+"""Network training on reservoir memories.
+
+Advantage nets: linear-CFR-weighted MSE on the legal actions,
+    loss = sum_i w_i * sum_{a legal} (f(I_i)_a - r_i,a)^2 / sum_i w_i,
+w_i being the iteration that produced sample i.
+Strategy net: weighted cross-entropy between the sampled policy and the
+softmax of the net's logits over the legal actions.
+"""
+import numpy as np
+import torch
+
+
+def _batch_tensors(batch, device):
+    info = torch.from_numpy(batch["info"].astype(np.float32, copy=False)).to(device)
+    target = torch.from_numpy(batch["target"]).to(device)
+    mask = torch.from_numpy(batch["mask"]).to(device).bool()
+    weight = torch.from_numpy(batch["weight"]).to(device)
+    return info, target, mask, weight / weight.mean().clamp_min(1e-12)
+
+
+def advantage_loss(net, info, target, mask, weight):
+    pred = net(info)
+    err = torch.where(mask, (pred - target) ** 2, torch.zeros_like(pred)).sum(1)
+    return (weight * err).mean()
+
+
+def strategy_loss(net, info, target, mask, weight):
+    logits = net(info).masked_fill(~mask, float("-inf"))
+    logp = torch.log_softmax(logits, dim=1)
+    ce = -(torch.where(mask, target * logp, torch.zeros_like(logp))).sum(1)
+    return (weight * ce).mean()
+
+
+def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, grad_clip=1.0, progress=None):
+    """`steps` Adam steps on minibatches from `memory`; returns the mean loss
+    of the last tenth of the steps (or None if the memory is empty)."""
+    if memory.size == 0 or steps == 0:
+        return None
+    net.train()
+    losses = []
+    for _ in range(steps):
+        info, target, mask, weight = _batch_tensors(memory.sample(batch_size, rng), device)
+        loss = loss_fn(net, info, target, mask, weight)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+        if progress is not None:
+            progress.update(1)
+    net.eval()
+    tail = losses[-max(1, len(losses) // 10):]
+    return float(np.mean(tail))

@@ -1,0 +1,317 @@
+"""The Deep CFR loop.
+
+For each iteration t and each player p: hand out p's traversal jobs, collect
+the samples into the reservoir memories (a job at a time, in job order),
+train p's advantage net on its memory (LCFR-weighted MSE; re-initialised or
+warm-started), push it to the batcher with a new version. Every
+train.strategy_every iterations, at evaluations and at the end, train the
+strategy net (the average policy) on the strategy memory. Evaluate,
+checkpoint, and write one metrics line per iteration.
+"""
+import json
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import engine
+from batcher.client import BatcherClient, BatcherError
+from batcher.networks import MLP
+from trainer import checkpoint as ck
+from trainer.config import config_to_dict
+from trainer.jobs import Job, JobServer
+from trainer.launcher import LocalServices
+from trainer.learn import advantage_loss, strategy_loss, train_net
+from trainer.memory import ReservoirMemory
+
+try:
+    from tqdm import tqdm
+except ImportError:  # pragma: no cover
+    tqdm = None
+
+STRATEGY_MODEL = 2
+
+
+def _device(name):
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"train.device {name}: CUDA is not available")
+    return torch.device(name)
+
+
+class Trainer:
+    def __init__(self, cfg, run_dir, resume=None, log=print):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log = log
+        torch.set_num_threads(max(1, cfg.train.torch_threads))
+        self.device = _device(cfg.train.device)
+        self.game = engine.load_game(cfg.game.name, **cfg.game.params)
+        T, A = self.game.information_state_tensor_size(), self.game.num_distinct_actions()
+        seed = cfg.run.seed
+        torch.manual_seed(seed)
+        random.seed(seed)
+        self.np_rng = np.random.default_rng(seed)
+        self.nets = {name: self._new_net(k) for k, name in enumerate(("adv0", "adv1", "strategy"))}
+        self.optimizers = {name: torch.optim.Adam(net.parameters(), lr=cfg.train.lr) for name, net in self.nets.items()}
+        self.adv_mem = [ReservoirMemory(cfg.train.adv_memory, T, A, seed=seed * 3 + p + 1) for p in (0, 1)]
+        self.strat_mem = ReservoirMemory(cfg.train.strategy_memory, T, A, seed=seed * 3 + 3)
+        self.versions = {0: 0, 1: 0}
+        self.start_iteration = 1
+        self.counters = {"nodes": 0, "traversals": 0, "requeued_jobs": 0, "dropped_rows": 0}
+        self.losses = {}
+        if resume is not None:
+            self._restore(resume)
+        (self.run_dir / "config.json").write_text(json.dumps(config_to_dict(cfg), indent=1))
+
+    # ---- setup helpers
+    def _new_net(self, salt):
+        return MLP(self.game.information_state_tensor_size(), self.game.num_distinct_actions(),
+                   tuple(self.cfg.network.hidden), input_scale=self.game.input_scale()).to(self.device)
+
+    def _restore(self, ckpt):
+        for name, net in self.nets.items():
+            net.load_state_dict(ckpt["nets"][name])
+        for name, opt in self.optimizers.items():
+            if name in ckpt.get("optimizers", {}):
+                opt.load_state_dict(ckpt["optimizers"][name])
+        rng = ckpt["rng"]
+        torch.set_rng_state(rng["torch"])
+        self.np_rng.bit_generator.state = json.loads(rng["numpy"])
+        random.setstate(_tuple_state(json.loads(rng["python"])))
+        self.versions = {int(k): int(v) for k, v in ckpt["versions"].items()}
+        self.counters = dict(ckpt["counters"])
+        self.start_iteration = int(ckpt["iteration"]) + 1
+        mem = ckpt.get("memories")
+        if mem:
+            arrays = np.load(Path(ckpt["path"]).parent / mem)
+            for p in (0, 1):
+                self.adv_mem[p].load_state_dict(arrays, f"adv{p}")
+            self.strat_mem.load_state_dict(arrays, "strategy")
+        else:
+            self.log("resuming without memories (run.save_memories was off): they start empty")
+        self.log(f"resumed from {ckpt['path']} at iteration {self.start_iteration}")
+
+    def _push(self, client, player):
+        self.versions[player] += 1
+        client.push_weights(player, self.nets[f"adv{player}"].to("cpu"), self.versions[player])
+        self.nets[f"adv{player}"].to(self.device)
+
+    def _push_all(self, client):
+        pong = client.ping()
+        for p in (0, 1):
+            current = int(pong.get("models", {}).get(str(p), -1))
+            self.versions[p] = max(self.versions[p], current)
+            self._push(client, p)
+
+    # ---- phases
+    def _jobs(self, t, p, job_size):
+        n = self.cfg.train.traversals
+        ids = p * n + np.arange(n, dtype=np.int64)
+        return [Job(job_id=k, iteration=t, traverser=p, ids=ids[i:i + job_size], weight=float(t))
+                for k, i in enumerate(range(0, n, job_size))]
+
+    def _traverse(self, server, services, t, p, job_config):
+        job_size = self.cfg.service.job_size or max(1, math.ceil(self.cfg.train.traversals /
+                                                                 (2 * max(1, self.cfg.service.workers))))
+        jobs = self._jobs(t, p, job_size)
+        bar = self._bar(total=self.cfg.train.traversals, desc=f"iter {t} traverse p{p}", unit="trav")
+        added = {"adv": 0, "strat": 0}
+
+        def commit(job, adv_chunks, strat_chunks):
+            for c in adv_chunks:
+                self.adv_mem[p].add(c)
+                added["adv"] += len(c["weight"])
+            for c in strat_chunks:
+                self.strat_mem.add(c)
+                added["strat"] += len(c["weight"])
+
+        before_req, before_drop = server.requeued, server.dropped_rows
+        server.run_phase(jobs, job_config, commit,
+                         supervise=services.supervise if services else None,
+                         progress=bar.update if bar else None,
+                         log=self.log)
+        if bar:
+            bar.close()
+        self.counters["requeued_jobs"] += server.requeued - before_req
+        self.counters["dropped_rows"] += server.dropped_rows - before_drop
+        self.counters["traversals"] += self.cfg.train.traversals
+        return added
+
+    def _train_advantage(self, p, t):
+        name = f"adv{p}"
+        if self.cfg.train.reinit_advantage:
+            torch.manual_seed(self.cfg.run.seed * 100003 + t * 2 + p)
+            self.nets[name] = self._new_net(p)
+            self.optimizers[name] = torch.optim.Adam(self.nets[name].parameters(), lr=self.cfg.train.lr)
+        bar = self._bar(total=self.cfg.train.adv_steps, desc=f"iter {t} train adv{p}", unit="step")
+        loss = train_net(self.nets[name], self.adv_mem[p], self.cfg.train.adv_steps, self.cfg.train.batch_size,
+                         self.optimizers[name], self.device, self.np_rng, advantage_loss,
+                         self.cfg.train.grad_clip, bar)
+        if bar:
+            bar.close()
+        return loss
+
+    def _train_strategy(self, t):
+        bar = self._bar(total=self.cfg.train.strategy_steps, desc=f"iter {t} train strategy", unit="step")
+        loss = train_net(self.nets["strategy"], self.strat_mem, self.cfg.train.strategy_steps,
+                         self.cfg.train.batch_size, self.optimizers["strategy"], self.device, self.np_rng,
+                         strategy_loss, self.cfg.train.grad_clip, bar)
+        if bar:
+            bar.close()
+        return loss
+
+    def _evaluate(self):
+        from trainer.evaluate import evaluate
+        net = self.nets["strategy"].to("cpu")
+        try:
+            return evaluate(self.game, net, lc_games=self.cfg.eval.lc_games, opponents=tuple(self.cfg.eval.opponents),
+                            seed=self.cfg.run.seed, openspiel=self.cfg.eval.openspiel)
+        finally:
+            net.to(self.device)
+
+    def _bar(self, **kw):
+        if tqdm is None or not self.cfg.run.progress:
+            return None
+        return tqdm(leave=False, dynamic_ncols=True, **kw)
+
+    # ---- checkpoint
+    def save(self, t):
+        mem_name = None
+        d = ck.checkpoint_dir(self.run_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        if self.cfg.run.save_memories:
+            mem_name = f"iter_{t:06d}.memories.npz"
+            arrays = {**self.adv_mem[0].state_dict("adv0"), **self.adv_mem[1].state_dict("adv1"),
+                      **self.strat_mem.state_dict("strategy")}
+            tmp = d / (mem_name + ".tmp.npz")
+            np.savez(tmp, **arrays)
+            os.replace(tmp, d / mem_name)
+        payload = {
+            "config": config_to_dict(self.cfg),
+            "nets": {k: {n: v.detach().cpu() for n, v in net.state_dict().items()} for k, net in self.nets.items()},
+            "net_spec": self.nets["strategy"].spec(),
+            "optimizers": {k: opt.state_dict() for k, opt in self.optimizers.items()},
+            "rng": {"torch": torch.get_rng_state(), "numpy": json.dumps(self.np_rng.bit_generator.state),
+                    "python": json.dumps(random.getstate())},
+            "versions": {str(k): v for k, v in self.versions.items()},
+            "counters": dict(self.counters),
+            "memories": mem_name,
+        }
+        return ck.save_checkpoint(self.run_dir, t, payload)
+
+    # ---- main
+    def run(self):
+        cfg = self.cfg
+        server = JobServer(cfg.service.jobs_bind, cfg.service.heartbeat_timeout_s)
+        services = None
+        client = None
+        metrics_f = open(self.run_dir / "metrics.jsonl", "a")
+        tb = None
+        if cfg.run.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                tb = SummaryWriter(str(self.run_dir / "tb"))
+            except ImportError:
+                self.log("tensorboard is not installed: no TensorBoard scalars")
+        t_start = time.monotonic()
+        last_metrics = {}
+        try:
+            services = LocalServices(cfg, self.run_dir, server.endpoint, log=self.log)
+            services.on_worker_death = server.worker_died
+            services.start()
+            client = BatcherClient(services.batcher_endpoint, timeout_s=120)
+            services.on_batcher_restart = lambda: self._push_all(client)
+            self._push_all(client)
+            self.log(f"run dir {self.run_dir}; batcher {services.batcher_endpoint}; jobs {server.endpoint}; "
+                     f"{cfg.service.workers} local worker(s)")
+            job_config = {"game": {"name": cfg.game.name, "params": dict(cfg.game.params)},
+                          "traversal": {**vars(cfg.traversal), "model_ids": list(cfg.traversal.model_ids)},
+                          "seed": cfg.run.seed}
+            t = self.start_iteration - 1
+            for t in range(self.start_iteration, cfg.train.iterations + 1):
+                m = {"iteration": t}
+                nodes_before = _batcher_nodes(client)
+                for p in (0, 1):
+                    t0 = time.monotonic()
+                    added = self._traverse(server, services, t, p, job_config)
+                    m[f"time_traverse_s_{p}"] = time.monotonic() - t0
+                    m[f"samples_adv_{p}"] = added["adv"]
+                    m[f"samples_strat_{p}"] = added["strat"]
+                    t0 = time.monotonic()
+                    m[f"adv_loss_{p}"] = self._train_advantage(p, t)
+                    m[f"time_train_s_{p}"] = time.monotonic() - t0
+                    self._push(client, p)
+                m["time_traverse_s"] = m["time_traverse_s_0"] + m["time_traverse_s_1"]
+                m["time_train_s"] = m["time_train_s_0"] + m["time_train_s_1"]
+                bstats = client.stats()
+                m["batcher_rows"] = bstats["rows"] - nodes_before
+                m["queries_per_s"] = m["batcher_rows"] / max(m["time_traverse_s"], 1e-9)
+                m["batcher_mean_batch"] = bstats["mean_batch"]
+                m["batcher_busy_fraction"] = bstats["busy_fraction"]
+                m["adv_memory_0"], m["adv_memory_1"] = len(self.adv_mem[0]), len(self.adv_mem[1])
+                m["strategy_memory"] = len(self.strat_mem)
+                last = t == cfg.train.iterations or (cfg.train.time_limit_s > 0 and
+                                                      time.monotonic() - t_start >= cfg.train.time_limit_s)
+                do_eval = last or (cfg.eval.every > 0 and t % cfg.eval.every == 0)
+                if last or do_eval or (cfg.train.strategy_every > 0 and t % cfg.train.strategy_every == 0):
+                    t0 = time.monotonic()
+                    m["strategy_loss"] = self._train_strategy(t)
+                    m["time_strategy_s"] = time.monotonic() - t0
+                if do_eval:
+                    t0 = time.monotonic()
+                    m.update(self._evaluate())
+                    m["time_eval_s"] = time.monotonic() - t0
+                m["requeued_jobs"] = self.counters["requeued_jobs"]
+                m["dropped_rows"] = self.counters["dropped_rows"]
+                m["restarts"] = sum(services.restarts().values())
+                m["wall_s"] = time.monotonic() - t_start
+                metrics_f.write(json.dumps({k: v for k, v in m.items() if v is not None}) + "\n")
+                metrics_f.flush()
+                if tb is not None:
+                    for k, v in m.items():
+                        if isinstance(v, (int, float)) and k != "iteration":
+                            tb.add_scalar(k, v, t)
+                self.log(_summary(m))
+                last_metrics = m
+                if last or (cfg.run.checkpoint_every > 0 and t % cfg.run.checkpoint_every == 0):
+                    path = self.save(t)
+                    self.log(f"checkpoint {path}")
+                if last:
+                    break
+            return last_metrics
+        finally:
+            metrics_f.close()
+            if tb is not None:
+                tb.close()
+            if client is not None:
+                client.close()
+            server.stop_workers(wait_s=0.5)
+            if services is not None:
+                services.stop()
+            server.close()
+
+
+def _batcher_nodes(client):
+    return client.stats()["rows"]
+
+
+def _summary(m):
+    parts = [f"iter {m['iteration']}", f"traverse {m['time_traverse_s']:.1f}s", f"train {m['time_train_s']:.1f}s",
+             f"{m['queries_per_s']:,.0f} queries/s", f"adv loss {m.get('adv_loss_0') or 0:.4g}/{m.get('adv_loss_1') or 0:.4g}"]
+    for key in ("exploitability", "openspiel_exploitability", "vs_random_win_rate", "vs_heuristic_win_rate"):
+        if key in m:
+            parts.append(f"{key} {m[key]:.4g}")
+    return " | ".join(parts)
+
+
+def _tuple_state(x):
+    if isinstance(x, list):
+        return tuple(_tuple_state(v) for v in x)
+    return x
