@@ -33,7 +33,7 @@ def wilson_interval(wins, n, z=1.96):
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (centre - half, centre + half)
+    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def run_match(game, a, b, games, seed=0, progress=True):

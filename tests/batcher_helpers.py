@@ -317,6 +317,8 @@ class Fuzzer:
         """One multipart message (a list of 1+ frames) for a DEALER socket."""
         r = self.rng
         k = r.random()
+        if k < 0.003:      # over the 64 KiB application limit, under the transport limit
+            return [header(type=r.choice([P.INFER, P.PING, P.WEIGHTS]), id=1), r.randbytes(70_000)]
         if k < 0.12:       # random bytes in random frames
             return [self._bytes(0, 32) for _ in range(r.randint(1, 4))]
         if k < 0.18:       # valid msgpack that is not a map (or a map with non-string keys)

@@ -7,7 +7,6 @@ start `python -m batcher` / `python -m traverser` subprocesses, always killed
 in teardown. Every wait is bounded.
 """
 import collections
-import os
 import signal
 import sys
 import threading
@@ -27,9 +26,9 @@ import batcher_helpers as H  # noqa: E402
 import engine  # noqa: E402
 from batcher import protocol as P  # noqa: E402
 from batcher.__main__ import build_parser  # noqa: E402
-from batcher.client import BatcherClient, BatcherError, BatcherTimeout, infer_blocking, wait_for_batcher  # noqa: E402
+from batcher.client import BatcherClient, BatcherError, BatcherTimeout, infer_blocking  # noqa: E402
 from batcher.networks import MLP, net_for_game  # noqa: E402
-from batcher.server import Batcher, BatcherOptions, BindError, DeviceError, resolve_device  # noqa: E402
+from batcher.server import Batcher, BatcherOptions, DeviceError, resolve_device  # noqa: E402
 from batcher.weights import net_to_bytes  # noqa: E402
 from traverser.config import TraverserConfig  # noqa: E402
 from traverser.local import LocalEvaluator, run_local, sort_samples  # noqa: E402
@@ -49,10 +48,758 @@ def forward(net, rows):
         return net(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))).float().numpy()
 
 
-@pytest.fixture
-def nets():
-    """Leduc-sized advantage nets for models 0 and 1 (the --init-game seeds)."""
+def leduc_nets():
+    """Leduc-sized nets for models 0 and 1, seeded as `--init-game` seeds them."""
     return {0: net_for_game(LEDUC, HIDDEN, seed=0), 1: net_for_game(LEDUC, HIDDEN, seed=1)}
 
 
-@contextmanager_fixture = None  # (placeholder removed below)
+def rows_of(kind, n, cols=COLS, seed=0):
+    """float32 rows whose narrowest exact wire dtype is `kind`."""
+    rng = np.random.default_rng(seed)
+    if kind == "uint8":
+        x = rng.integers(0, 256, (n, cols)).astype(np.float32)
+        x[0, 0] = 255.0
+    elif kind == "float16":
+        x = (rng.integers(-40, 40, (n, cols)) / 8.0).astype(np.float32)
+        x[0, 0] = -1.5
+    else:
+        x = rng.standard_normal((n, cols)).astype(np.float32)
+    assert P.compact_rows(x)[0] == kind
+    return x
+
+
+def assert_serves(srv, nets, model=0, n=3):
+    """A ping and a valid infer on fresh sockets succeed with the right answer."""
+    assert srv.serving(), srv.errors
+    s = srv.dealer()
+    got = H.exchange(s, P.pack({"type": P.PING, "id": "p"}), 5000)
+    assert got is not None and got[0]["type"] == P.PONG and got[0]["id"] == "p"
+    rows = rows_of("float32", n, seed=99)
+    got = H.exchange(s, H.infer_frames(model, rows, req_id=12345), 5000)
+    assert got is not None, "no reply to a valid infer"
+    head, frames = got
+    assert head["type"] == P.RESULT and head["id"] == 12345, head
+    adv = P.decode_array(head, "adv", frames[0])
+    np.testing.assert_allclose(adv, forward(nets[model], rows), atol=ATOL, rtol=0)
+    s.close(0)
+
+
+# ---------------------------------------------------------------------------
+# shared subprocess batcher (kuhn, models 0/1/2 from --init-game)
+
+@pytest.fixture(scope="module")
+def kuhn_batcher(tmp_path_factory):
+    log = tmp_path_factory.mktemp("kuhn_batcher") / "batcher.log"
+    with H.BatcherProcess(args=["--init-game", "kuhn_poker", "--hidden", "16", "16"], log_path=log) as bp:
+        bp.start()
+        yield bp
+
+
+# ---------------------------------------------------------------------------
+# 1. CLI
+
+def test_cli_help_mentions_every_flag():
+    r = H.run_cli(["-m", "batcher", "--help"])
+    assert r.returncode == 0, r.stderr
+    for flag in ("--device", "--bind", "--max-batch", "--max-wait-us", "--autocast", "--max-message-mb",
+                 "--log-interval", "--init-game", "--game-param", "--hidden", "--torch-threads"):
+        assert flag in r.stdout, flag
+
+
+def test_default_bind_is_loopback():
+    assert BatcherOptions().bind.startswith("tcp://127.0.0.1:")
+    assert build_parser().parse_args([]).bind.startswith("tcp://127.0.0.1:")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cli_device_cuda_without_cuda_is_one_clear_line():
+    r = H.run_cli(["-m", "batcher", "--device", "cuda", "--bind", f"tcp://127.0.0.1:{H.free_port()}"])
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "CUDA" in lines[0] and "Traceback" not in r.stderr
+    with pytest.raises(DeviceError, match="CUDA"):
+        resolve_device("cuda:0")
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("auto").type == "cpu"
+    with pytest.raises(DeviceError):
+        resolve_device("tpu")
+
+
+def test_cli_endpoint_in_use_is_one_clear_line(kuhn_batcher):
+    r = H.run_cli(["-m", "batcher", "--bind", kuhn_batcher.endpoint, "--device", "cpu"])
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert kuhn_batcher.endpoint in lines[0]
+    assert kuhn_batcher.alive()
+    assert H.ping(kuhn_batcher.endpoint, 5) is not None      # the first one is unharmed
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--init-game", "no_such_game"], "no_such_game"),
+    (["--max-batch", "0"], "max_batch"),
+])
+def test_cli_bad_arguments_are_one_clear_line(args, words):
+    r = H.run_cli(["-m", "batcher", "--device", "cpu", "--bind", f"tcp://127.0.0.1:{H.free_port()}", *args])
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], r.stderr
+
+
+def test_bind_error_in_process():
+    ctx = zmq.Context()
+    try:
+        b = Batcher(BatcherOptions(bind="tcp://127.0.0.1:*", device="cpu"), context=ctx)
+        try:
+            from batcher.server import BindError
+            with pytest.raises(BindError, match=b.endpoint):
+                Batcher(BatcherOptions(bind=b.endpoint, device="cpu"), context=ctx)
+        finally:
+            b.close()
+    finally:
+        ctx.term()
+
+
+# ---------------------------------------------------------------------------
+# 2. correctness and weight versions
+
+def test_infer_matches_in_process_forward_for_every_wire_dtype():
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 3), 1: (nets[1], 4)}) as srv:
+        c = srv.client()
+        itemsize = {"uint8": 1, "float16": 2, "float32": 4}
+        for seed, kind in enumerate(["uint8", "float16", "float32"]):
+            for model in (0, 1):
+                rows = rows_of(kind, 5 + seed, seed=seed)
+                before = c.wire_bytes
+                head, adv = infer_blocking(c, model, rows)
+                assert c.wire_bytes - before == rows.size * itemsize[kind]   # sent narrow
+                assert head["type"] == P.RESULT and head["model"] == model
+                assert head["version"] == (3 if model == 0 else 4)
+                assert adv.shape == (rows.shape[0], LEDUC.num_distinct_actions())
+                np.testing.assert_allclose(adv, forward(nets[model], rows), atol=ATOL, rtol=0)
+        # many requests in flight at once, mixed models and dtypes: answers go to the right ids
+        sent = {}
+        for i in range(24):
+            model, kind = i % 2, ["uint8", "float16", "float32"][i % 3]
+            rows = rows_of(kind, 1 + i % 7, seed=100 + i)
+            sent[c.send_infer(model, rows)] = (model, rows)
+        got = {}
+        deadline = time.monotonic() + 20
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            for rid, head, adv in c.poll(100):
+                got[rid] = (head, adv)
+        assert set(got) == set(sent)
+        for rid, (model, rows) in sent.items():
+            head, adv = got[rid]
+            assert head["model"] == model
+            np.testing.assert_allclose(adv, forward(nets[model], rows), atol=ATOL, rtol=0)
+        assert not c.in_flight
+    assert not srv.errors
+
+
+def test_push_weights_versions():
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 0)}) as srv:
+        c = srv.client()
+        rows = rows_of("float32", 6, seed=3)
+        head, adv = infer_blocking(c, 0, rows)
+        assert head["version"] == 0
+        np.testing.assert_allclose(adv, forward(nets[0], rows), atol=ATOL, rtol=0)
+
+        new0 = net_for_game(LEDUC, HIDDEN, seed=7)
+        ack = c.push_weights(0, new0, 5)
+        assert ack["type"] == P.ACK and ack["model"] == 0 and ack["version"] == 5
+        head, adv = infer_blocking(c, 0, rows)
+        assert head["version"] == 5
+        np.testing.assert_allclose(adv, forward(new0, rows), atol=ATOL, rtol=0)
+        assert not np.allclose(adv, forward(nets[0], rows), atol=1e-3)
+        head, adv = infer_blocking(c, 1, rows)                 # model 1 untouched
+        assert head["version"] == 0
+        np.testing.assert_allclose(adv, forward(nets[1], rows), atol=ATOL, rtol=0)
+
+        other = net_for_game(LEDUC, HIDDEN, seed=8)
+        for stale in (5, 4, 0, -1):
+            with pytest.raises(BatcherError) as ei:
+                c.push_weights(0, other, stale)
+            assert ei.value.code == "stale_version"
+        head, adv = infer_blocking(c, 0, rows)                 # the old (version 5) weights stay
+        assert head["version"] == 5
+        np.testing.assert_allclose(adv, forward(new0, rows), atol=ATOL, rtol=0)
+
+        # a new model id, and a model replaced by a differently shaped net
+        wide = net_for_game(LEDUC, (8, 8, 8), seed=9)
+        assert c.push_weights(7, wide, 1)["version"] == 1
+        head, adv = infer_blocking(c, 7, rows)
+        np.testing.assert_allclose(adv, forward(wide, rows), atol=ATOL, rtol=0)
+        assert c.push_weights(1, wide, 2)["version"] == 2
+        head, adv = infer_blocking(c, 1, rows)
+        assert head["version"] == 2
+        np.testing.assert_allclose(adv, forward(wide, rows), atol=ATOL, rtol=0)
+
+        pong = c.ping()
+        assert pong["models"] == {"0": 5, "1": 2, "7": 1}
+        st = c.stats()
+        assert st["weight_updates"] == 3
+        assert st["versions"] == {"0": 5, "1": 2, "7": 1}
+        assert st["errors"] == {"stale_version": 4}
+    assert not srv.errors
+
+
+# ---------------------------------------------------------------------------
+# 3. robustness: every bad message gets an error reply and the service goes on
+
+def _raw_cases():
+    ok = rows_of("float32", 2, seed=1)
+    spec16, blob16 = net_to_bytes(net_for_game(LEDUC, HIDDEN, seed=0))
+    wrong_spec = dict(spec16, hidden=[32])
+    big = np.zeros((600, COLS), np.float32)                    # 72 KB > 64 KiB limit, < transport limit
+    return [
+        ("header not msgpack", [b"\xc1\xc1\xc1"], "bad_header"),
+        ("header truncated", [msgpack.packb({"v": 1, "type": "ping"})[:-2]], "bad_header"),
+        ("header with trailing bytes", [msgpack.packb({"v": 1, "type": "ping"}) + b"\x00"], "bad_header"),
+        ("header not a map", [msgpack.packb([1, "infer"])], "bad_header"),
+        ("header a scalar", [msgpack.packb(5)], "bad_header"),
+        ("header with int keys", [msgpack.packb({1: 2, "v": 1, "type": "ping"})], "bad_header"),
+        ("no type", [H.header(id=1)], "bad_header"),
+        ("type not a string", [H.header(type=5, id=1)], "bad_header"),
+        ("wrong protocol version", [msgpack.packb({"v": 2, "type": "ping", "id": 1})], "bad_version"),
+        ("no protocol version", [msgpack.packb({"type": "ping", "id": 1})], "bad_version"),
+        ("unknown type", [H.header(type="frobnicate", id=1)], "bad_type"),
+        ("reply type sent to the batcher", [H.header(type=P.RESULT, id=1)], "bad_type"),
+        ("infer without frames", H.infer_frames(0, ok)[:1], "bad_frames"),
+        ("infer with two frames", H.infer_frames(0, ok) + [ok.tobytes()], "bad_frames"),
+        ("infer without model", [H.header(type=P.INFER, id=1, rows_dtype="float32", rows_shape=[2, COLS]),
+                                 ok.tobytes()], "bad_header"),
+        ("infer with bool model", [H.header(type=P.INFER, id=1, model=True, rows_dtype="float32",
+                                            rows_shape=[2, COLS]), ok.tobytes()], "bad_header"),
+        ("dtype int64", [H.header(type=P.INFER, id=1, model=0, rows_dtype="int64", rows_shape=[2, COLS]),
+                         ok.astype(np.int64).tobytes()], "bad_dtype"),
+        ("dtype float64", [H.header(type=P.INFER, id=1, model=0, rows_dtype="float64", rows_shape=[1, COLS]),
+                           ok.astype(np.float64)[:1].tobytes()], "bad_dtype"),
+        ("no dtype", [H.header(type=P.INFER, id=1, model=0, rows_shape=[2, COLS]), ok.tobytes()], "bad_dtype"),
+        ("shape not matching frame", [H.header(type=P.INFER, id=1, model=0, rows_dtype="float32",
+                                               rows_shape=[3, COLS]), ok.tobytes()], "bad_shape"),
+        ("shape 3-d", [H.header(type=P.INFER, id=1, model=0, rows_dtype="float32", rows_shape=[1, 2, COLS]),
+                       ok.tobytes()], "bad_shape"),
+        ("shape negative", [H.header(type=P.INFER, id=1, model=0, rows_dtype="float32",
+                                     rows_shape=[-2, -COLS]), ok.tobytes()], "bad_shape"),
+        ("shape huge", [H.header(type=P.INFER, id=1, model=0, rows_dtype="float32", rows_shape=[2 ** 62, COLS]),
+                        ok.tobytes()], "too_large"),
+        ("wrong column count", [H.header(type=P.INFER, id=1, model=0, rows_dtype="float32",
+                                         rows_shape=[COLS, 2]), ok.tobytes()], "bad_shape"),
+        ("zero rows", [H.header(type=P.INFER, id=1, model=0, rows_dtype="float32", rows_shape=[0, COLS]), b""],
+         "bad_shape"),
+        ("unknown model", H.infer_frames(42, ok), "unknown_model"),
+        ("oversized message", H.infer_frames(0, big), "too_large"),
+        ("weights garbage", [H.header(type=P.WEIGHTS, id=1, model=0, version=10, spec=spec16),
+                             b"not safetensors at all"], "bad_weights"),
+        ("weights spec mismatch", [H.header(type=P.WEIGHTS, id=1, model=0, version=10, spec=wrong_spec), blob16],
+         "bad_weights"),
+        ("weights spec nonsense", [H.header(type=P.WEIGHTS, id=1, model=0, version=10,
+                                            spec={"input_size": -3, "num_actions": 2, "hidden": [4]}), blob16],
+         "bad_weights"),
+        ("weights spec missing keys", [H.header(type=P.WEIGHTS, id=1, model=0, version=10, spec={"x": 1}),
+                                       blob16], "bad_weights"),
+        ("weights without frame", [H.header(type=P.WEIGHTS, id=1, model=0, version=10, spec=spec16)],
+         "bad_header"),
+        ("weights without spec", [H.header(type=P.WEIGHTS, id=1, model=0, version=10), blob16], "bad_header"),
+        ("weights string version", [H.header(type=P.WEIGHTS, id=1, model=0, version="10", spec=spec16), blob16],
+         "bad_header"),
+    ]
+
+
+def test_bad_messages_get_error_replies_and_service_goes_on():
+    nets = leduc_nets()
+    expected = collections.Counter()
+    with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 0)}, max_message_bytes=64 << 10) as srv:
+        s = srv.dealer()
+        for name, frames, code in _raw_cases():
+            got = H.exchange(s, frames, 5000)
+            assert got is not None, f"{name}: no reply"
+            head, payload = got
+            assert head["type"] == P.ERROR, (name, head)
+            assert head["code"] == code, (name, head)
+            assert isinstance(head["error"], str) and head["error"], name
+            assert payload == [], name
+            expected[code] += 1
+            # the service goes on: a valid request on the same socket succeeds
+            got = H.exchange(s, H.infer_frames(1, rows_of("uint8", 2), req_id=777), 5000)
+            assert got is not None and got[0]["type"] == P.RESULT and got[0]["id"] == 777, name
+        # the request id is echoed in error replies when the header could be read
+        got = H.exchange(s, H.infer_frames(42, rows_of("uint8", 2), req_id="my-id"), 5000)
+        assert got[0]["code"] == "unknown_model" and got[0]["id"] == "my-id"
+        expected["unknown_model"] += 1
+
+        # a single empty frame (the closest a DEALER gets to "identity, no header")
+        got = H.exchange(s, [b""], 2000)
+        if got is not None:
+            assert got[0]["type"] == P.ERROR and got[0]["code"] == "bad_header"
+            expected["bad_header"] += 1
+
+        # a frame over the transport limit (4 x max_message_bytes) drops the connection
+        # without a reply; the service and the (reconnecting) socket go on
+        big = srv.dealer()
+        big.send_multipart([H.header(type=P.PING, id=1), b"\0" * (2 << 20)])
+        assert H.recv_reply(big, 1000) is None
+        assert_serves(srv, nets)
+
+        # the same errors through the client
+        c = srv.client()
+        cases = [
+            (lambda: infer_blocking(c, 9, rows_of("uint8", 2)), "unknown_model"),
+            (lambda: infer_blocking(c, 0, rows_of("float32", 2, cols=COLS + 1)), "bad_shape"),
+            (lambda: infer_blocking(c, 0, np.zeros((0, COLS), np.float32)), "bad_shape"),
+            (lambda: infer_blocking(c, 0, rows_of("float32", 1000)), "too_large"),
+            (lambda: c.call({"type": P.WEIGHTS, "model": 0, "version": 3, "spec": nets[0].spec()}, b"\x00" * 64),
+             "bad_weights"),
+            (lambda: c.push_weights(0, MLP(COLS, 5, (16, 16)), 3) and c.call(
+                {"type": P.WEIGHTS, "model": 0, "version": 4, "spec": {**nets[0].spec(), "num_actions": 2}},
+                net_to_bytes(nets[0])[1]), "bad_weights"),
+            (lambda: c.call({"type": "nonsense"}), "bad_type"),
+        ]
+        for call, code in cases:
+            with pytest.raises(BatcherError) as ei:
+                call()
+            assert ei.value.code == code
+            expected[code] += 1
+        assert not c.in_flight
+        # model 0 was replaced (version 3, 5 actions) by the one valid push above; model 1 is intact
+        head, adv = infer_blocking(c, 0, rows_of("uint8", 2))
+        assert head["version"] == 3 and adv.shape == (2, 5)
+        assert_serves(srv, nets, model=1)
+
+        st = c.stats()
+        assert st["errors"] == dict(expected)
+        assert "internal" not in st["errors"]
+    assert not srv.errors
+
+
+def test_message_without_header_frame_is_dropped():
+    """An identity-only message (not producible by a DEALER) is counted and dropped."""
+    ctx = zmq.Context()
+    try:
+        b = Batcher(BatcherOptions(bind="tcp://127.0.0.1:*", device="cpu", log_interval_s=0), context=ctx)
+        try:
+            b._handle([zmq.Frame(b"\x00identity")])
+            b._handle([])
+            assert b.stats.errors["no_header"] >= 1
+            assert b.stats.snapshot(b.models)["errors"].get("no_header", 0) >= 1
+        finally:
+            b.close()
+    finally:
+        ctx.term()
+
+
+# ---------------------------------------------------------------------------
+# 4. clients that vanish mid-request
+
+def test_client_disconnecting_mid_request_is_harmless():
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 0)}, max_wait_us=100_000) as srv:
+        good = srv.client()
+        rows = rows_of("float16", 4, seed=5)
+        lingering = 10
+        for i in range(lingering):
+            s = srv.ctx.socket(zmq.DEALER)
+            s.connect(srv.endpoint)
+            s.send_multipart(H.infer_frames(i % 2, rows, req_id=i))
+            s.close(linger=2000)            # the request goes out, then the peer is gone
+        for i in range(10):
+            s = srv.ctx.socket(zmq.DEALER)
+            s.connect(srv.endpoint)
+            s.send_multipart(H.infer_frames(i % 2, rows, req_id=i))
+            s.close(linger=0)               # may or may not get out
+        # a good client in between, while replies to vanished peers are being sent
+        for i in range(6):
+            head, adv = infer_blocking(good, i % 2, rows)
+            np.testing.assert_allclose(adv, forward(nets[i % 2], rows), atol=ATOL, rtol=0)
+        time.sleep(0.3)
+        st = good.stats()
+        per = st["per_model"]
+        served = per["0"]["requests"] + per["1"]["requests"]
+        assert served >= lingering + 6      # the vanished clients' requests really were run
+        assert st["errors"] == {}
+        assert_serves(srv, nets)
+    assert not srv.errors
+
+
+# ---------------------------------------------------------------------------
+# 5. the batcher is killed and restarted under a running worker
+
+def test_worker_survives_batcher_restart(tmp_path):
+    game_name, n = "leduc_poker", 300
+    game = LEDUC
+    cfg = TraverserConfig(algorithm="outcome", epsilon=0.6)
+    ids = np.arange(n, dtype=np.int64) * 2 + 5
+    trav = ids % 2
+    iteration, seed = 2, 17
+    # a long max_wait keeps the run going for a few seconds, so the kill lands mid-run
+    args = ["--init-game", game_name, "--hidden", "16", "16", "--max-wait-us", "20000"]
+    bp = H.BatcherProcess(args=args, log_path=tmp_path / "batcher.log")
+    adv_parts, strat_parts, lock = [], [], threading.Lock()
+    result, errors = {}, []
+
+    def sink(adv, strat):
+        with lock:
+            adv_parts.append(adv)
+            strat_parts.append(strat)
+
+    def work():
+        try:
+            result["stats"] = run_remote(game, cfg, bp.endpoint, ids, trav, iteration, seed, float(iteration), sink,
+                                         groups_per_thread=2, machines=4, threads=1, timeout_s=30.0, resend_s=0.3)
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=work, daemon=True)
+    monitor_ctx = zmq.Context()
+    try:
+        bp.start()
+        t.start()
+        mon = BatcherClient(bp.endpoint, timeout_s=10, resend_s=1, context=monitor_ctx)
+        try:
+            deadline = time.monotonic() + 30
+            while mon.stats()["requests"] < 30:
+                assert time.monotonic() < deadline, "the worker never got going"
+                assert t.is_alive(), errors
+                time.sleep(0.02)
+        finally:
+            mon.close()
+        assert t.is_alive(), "the run finished before the kill: make it longer"
+        bp.kill(signal.SIGKILL)
+        assert not bp.alive()
+        time.sleep(0.8)                       # unanswered requests pile up (and are resent)
+        assert t.is_alive()
+        restart_deadline = time.monotonic() + 20
+        while True:                           # the port may take a moment to be bindable again
+            try:
+                bp.proc = None
+                bp.start()
+                break
+            except RuntimeError:
+                bp.kill()
+                assert time.monotonic() < restart_deadline
+                time.sleep(0.2)
+        t.join(60)
+        assert not t.is_alive(), "the worker did not finish after the restart"
+        assert not errors, errors
+        after = H.ping(bp.endpoint, 5)
+        assert after is not None
+        mon = BatcherClient(bp.endpoint, timeout_s=10, context=monitor_ctx)
+        try:
+            assert mon.stats()["requests"] > 0    # the restarted batcher did part of the work
+        finally:
+            mon.close()
+    finally:
+        bp.kill()
+        t.join(40)
+        monitor_ctx.term()
+    stats = result["stats"]
+    assert stats["resends"] > 0
+    assert stats["traversals"] == n
+    adv = sort_samples({k: np.concatenate([p[k] for p in adv_parts]) for k in adv_parts[0]})
+    strat = sort_samples({k: np.concatenate([p[k] for p in strat_parts]) for k in strat_parts[0]})
+    assert stats["adv_samples"] == len(adv["weight"]) and stats["strat_samples"] == len(strat["weight"])
+    # every traversal ran exactly once: its rows are there and none is duplicated
+    seen = np.unique(np.concatenate([adv["traversal"], strat["traversal"]]))
+    np.testing.assert_array_equal(seen, np.sort(ids))
+    for s in (adv, strat):
+        keys = list(zip(s["traversal"].tolist(), s["seq"].tolist()))
+        assert len(keys) == len(set(keys))
+
+    ev = LocalEvaluator({0: net_for_game(game, HIDDEN, seed=0), 1: net_for_game(game, HIDDEN, seed=1)})
+    ref_adv, ref_strat, ref_stats = run_local(game, cfg, ids, trav, iteration=iteration, run_seed=seed,
+                                              weight=float(iteration), evaluator=ev, groups=2, machines=4)
+    ref_adv, ref_strat = sort_samples(ref_adv), sort_samples(ref_strat)
+    for k in ("nodes", "terminals", "queries", "adv_samples", "strat_samples", "traversals"):
+        assert stats[k] == ref_stats[k], k
+    for got, ref in ((adv, ref_adv), (strat, ref_strat)):
+        assert set(got) == set(ref)
+        assert len(got["weight"]) == len(ref["weight"]) > 0
+        for col in got:
+            if col == "target":
+                np.testing.assert_allclose(got[col], ref[col], atol=ATOL, rtol=1e-5)
+            else:
+                np.testing.assert_array_equal(got[col], ref[col], err_msg=col)
+                assert got[col].dtype == ref[col].dtype
+
+
+# ---------------------------------------------------------------------------
+# 6. fuzz, with a flat memory profile
+
+def _fuzz_round(sockets, fuzzer, n, drain_timeout_s=20.0):
+    """Send n fuzz messages round-robin over `sockets`; every one must get exactly one reply."""
+    sent = replies = 0
+    kinds = collections.Counter()
+    per_round = 200
+    while sent < n:
+        batch = min(per_round, n - sent)
+        for i in range(batch):
+            sockets[i % len(sockets)].send_multipart(fuzzer.message())
+        sent += batch
+        deadline = time.monotonic() + drain_timeout_s
+        while replies < sent:
+            assert time.monotonic() < deadline, f"{sent - replies} of {sent} fuzz messages got no reply"
+            for s in sockets:
+                while s.poll(0):
+                    head = msgpack.unpackb(s.recv_multipart()[0], raw=False)
+                    kinds[head["type"] if head["type"] != P.ERROR else head["code"]] += 1
+                    replies += 1
+            if replies < sent:
+                zmq.select(sockets, [], [], 0.05)
+    return kinds
+
+
+def test_fuzz_random_messages(tmp_path):
+    log = tmp_path / "batcher.log"
+    nets = {m: net_for_game(KUHN, HIDDEN, seed=m) for m in (0, 1, 2)}
+    args = ["--init-game", "kuhn_poker", "--hidden", "16", "16", "--max-message-mb", "0.0625",
+            "--max-wait-us", "200", "--log-level", "ERROR"]
+    ctx = zmq.Context()
+    try:
+        with H.BatcherProcess(args=args, log_path=log) as bp:
+            bp.start()
+            sockets = []
+            for _ in range(4):
+                s = ctx.socket(zmq.DEALER)
+                s.setsockopt(zmq.LINGER, 0)
+                s.setsockopt(zmq.RCVHWM, 100000)
+                s.connect(bp.endpoint)
+                sockets.append(s)
+            fuzzer = H.Fuzzer(seed=1234, cols=KUHN.information_state_tensor_size(), model_ids=(0, 1, 2))
+            t0 = time.monotonic()
+            kinds = _fuzz_round(sockets, fuzzer, 10_000)
+            rss_1 = bp.rss_kb()
+            kinds += _fuzz_round(sockets, fuzzer, 10_000)
+            rss_2 = bp.rss_kb()
+            elapsed = time.monotonic() - t0
+            assert bp.alive()
+            # the fuzz reached the interesting paths, not just the header parser
+            for k in ("bad_header", "bad_version", "bad_type", "bad_dtype", "bad_shape", "bad_frames",
+                      "unknown_model", "bad_weights", "too_large", P.RESULT, P.PONG, P.STATS):
+                assert kinds[k] > 0, (k, kinds)
+            assert "internal" not in kinds, kinds
+            assert rss_2 - rss_1 < 30 * 1024, f"RSS grew from {rss_1} kB to {rss_2} kB over 10k messages"
+            assert elapsed < 120
+
+            # still serving, with the right weights
+            c = BatcherClient(bp.endpoint, timeout_s=10, context=ctx)
+            try:
+                assert c.ping()["type"] == P.PONG
+                rows = rows_of("uint8", 4, cols=KUHN.information_state_tensor_size())
+                for m in (0, 1, 2):
+                    head, adv = infer_blocking(c, m, rows)
+                    assert head["version"] == 0
+                    np.testing.assert_allclose(adv, forward(nets[m], rows), atol=ATOL, rtol=0)
+                st = c.stats()
+                assert "internal" not in st["errors"]
+                assert sum(st["errors"].values()) == sum(v for k, v in kinds.items()
+                                                         if k not in (P.RESULT, P.PONG, P.STATS, P.ACK))
+            finally:
+                c.close()
+            for s in sockets:
+                s.close(0)
+    finally:
+        ctx.term()
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text, text[-3000:]
+
+
+# ---------------------------------------------------------------------------
+# 7. STATS
+
+def test_stats_report_the_traffic():
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 3)}, max_wait_us=0) as srv:
+        c = srv.client()
+        st0 = c.stats()
+        assert st0["requests"] == 0 and st0["rows"] == 0 and st0["forwards"] == 0
+        assert st0["mean_batch"] == 0 and st0["queue_wait_us"]["p99"] == 0
+        sizes = {0: [5, 5, 5], 1: [7, 7]}
+        for model, ns in sizes.items():
+            for n in ns:
+                infer_blocking(c, model, rows_of("float32", n, seed=n))   # one request per forward
+        st = c.stats()
+        total_rows = sum(map(sum, sizes.values()))
+        assert st["requests"] == 5 and st["rows"] == total_rows and st["forwards"] == 5
+        assert st["per_model"] == {"0": {"requests": 3, "rows": 15, "forwards": 3},
+                                   "1": {"requests": 2, "rows": 14, "forwards": 2}}
+        assert sum(pm["rows"] for pm in st["per_model"].values()) == total_rows
+        assert st["mean_batch"] == pytest.approx(total_rows / 5)
+        hist = st["batch_hist"]
+        assert hist["bins_upper"][:4] == [1, 2, 4, 8]
+        assert sum(hist["counts"]) == 5 and hist["counts"][3] == 5          # 5 and 7 rows: the (4, 8] bin
+        qw = st["queue_wait_us"]
+        assert 0 <= qw["p50"] <= qw["p99"] and qw["mean"] >= 0
+        assert st["forward_ms_mean"] > 0
+        assert 0 < st["busy_fraction"] < 1
+        assert st["uptime_s"] > 0
+        if st["uptime_s"] < 10:       # the rate window is the whole uptime
+            assert st["requests_per_s"] == pytest.approx(5 / st["uptime_s"], rel=1e-6)
+            assert st["rows_per_s"] == pytest.approx(total_rows / st["uptime_s"], rel=1e-6)
+        assert st["requests_per_s"] > 0 and st["rows_per_s"] > 0
+        assert st["versions"] == {"0": 0, "1": 3}
+        assert st["errors"] == {} and st["weight_updates"] == 0
+    assert not srv.errors
+
+
+# ---------------------------------------------------------------------------
+# 8. batching
+
+def _collect(client, sent, timeout_s=20.0):
+    got = {}
+    deadline = time.monotonic() + timeout_s
+    while len(got) < len(sent):
+        assert time.monotonic() < deadline, "replies missing"
+        for rid, head, adv in client.poll(50):
+            got[rid] = (head, adv)
+    return got
+
+
+def test_batching_merges_requests_of_one_model_only():
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 0)}, max_wait_us=200_000, max_batch=64) as srv:
+        c = srv.client()
+        # 8 x 8 rows for one model: one forward as soon as max_batch rows are queued
+        sent = {c.send_infer(0, r): (0, r) for r in (rows_of("float32", 8, seed=i) for i in range(8))}
+        got = _collect(c, sent)
+        st = c.stats()
+        assert st["mean_batch"] > 8
+        assert st["per_model"]["0"]["forwards"] < 8 and st["per_model"]["0"]["rows"] == 64
+        assert st["queue_wait_us"]["p99"] < 150_000          # max_batch reached: no max_wait
+        for rid, (m, r) in sent.items():
+            np.testing.assert_allclose(got[rid][1], forward(nets[m], r), atol=ATOL, rtol=0)
+
+        # 4 + 4 interleaved requests for two models: never mixed in one forward
+        hist0 = st["batch_hist"]["counts"]
+        t0 = time.monotonic()
+        sent = {}
+        for i in range(8):
+            r = rows_of("float32", 8, seed=50 + i)
+            sent[c.send_infer(i % 2, r)] = (i % 2, r)
+        got = _collect(c, sent)
+        elapsed = time.monotonic() - t0
+        assert elapsed >= 0.18                                 # below max_batch: waited max_wait
+        st2 = c.stats()
+        for m in ("0", "1"):
+            assert st2["per_model"][m]["rows"] - st["per_model"].get(m, {"rows": 0})["rows"] == 32
+        new_forwards = st2["forwards"] - st["forwards"]
+        assert new_forwards == sum(st2["per_model"][m]["forwards"] for m in ("0", "1")) - \
+            sum(st["per_model"][m]["forwards"] for m in st["per_model"])
+        assert 2 <= new_forwards < 8
+        bins = st2["batch_hist"]["bins_upper"]
+        delta = [b - a for a, b in zip(hist0, st2["batch_hist"]["counts"])]
+        assert sum(delta) == new_forwards
+        assert all(d == 0 for d, ub in zip(delta, bins) if ub > 32)     # no forward of both models' rows
+        for rid, (m, r) in sent.items():
+            assert got[rid][0]["model"] == m
+            np.testing.assert_allclose(got[rid][1], forward(nets[m], r), atol=ATOL, rtol=0)
+
+        # requests are never split: 3 x 40 rows with max_batch 64 -> three forwards of 40
+        before = c.stats()
+        sent = {c.send_infer(1, r): (1, r) for r in (rows_of("uint8", 40, seed=70 + i) for i in range(3))}
+        got = _collect(c, sent)
+        after = c.stats()
+        assert after["per_model"]["1"]["forwards"] - before["per_model"]["1"]["forwards"] == 3
+        assert after["per_model"]["1"]["rows"] - before["per_model"]["1"]["rows"] == 120
+        i64 = bins.index(64)
+        assert after["batch_hist"]["counts"][i64] - before["batch_hist"]["counts"][i64] == 3    # (32, 64] bin
+
+        # one request larger than max_batch runs alone
+        big = rows_of("float16", 100, seed=80)
+        head, adv = infer_blocking(c, 0, big)
+        np.testing.assert_allclose(adv, forward(nets[0], big), atol=ATOL, rtol=0)
+        last = c.stats()
+        assert last["batch_hist"]["counts"][bins.index(128)] - after["batch_hist"]["counts"][bins.index(128)] == 1
+    assert not srv.errors
+
+
+# ---------------------------------------------------------------------------
+# 9. the worker CLI end to end
+
+def test_worker_cli_end_to_end(kuhn_batcher, tmp_path):
+    out = tmp_path / "samples.npz"
+    r = H.run_cli(["-m", "traverser", "--batcher", kuhn_batcher.endpoint, "--game", "kuhn_poker",
+                   "--traversals", "50", "--timeout", "30", "--out", str(out)], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "50 traversals" in r.stdout
+    with np.load(out) as z:
+        adv_info, adv_trav = z["adv_info"], z["adv_traversal"]
+        assert adv_info.ndim == 2 and adv_info.shape[0] > 0
+        assert adv_info.shape[1] == KUHN.information_state_tensor_size()
+        assert z["adv_target"].shape[0] == adv_info.shape[0]
+        assert set(np.unique(adv_trav).tolist()) <= set(range(50))
+        assert len(np.unique(adv_trav)) == 50               # kuhn: every traverser decides at least once
+    assert kuhn_batcher.alive()
+
+
+def test_worker_cli_without_batcher_fails_clearly():
+    port = H.free_port()                                   # nothing listens there
+    t0 = time.monotonic()
+    r = H.run_cli(["-m", "traverser", "--batcher", f"tcp://127.0.0.1:{port}", "--game", "kuhn_poker",
+                   "--traversals", "10", "--timeout", "2"], timeout=60)
+    assert r.returncode != 0
+    assert time.monotonic() - t0 < 45
+    lines = r.stderr.strip().splitlines()
+    assert lines and "batcher" in lines[-1] and "error" in lines[-1].lower(), r.stderr
+    assert "Traceback" not in r.stderr
+    assert str(port) in lines[-1]
+
+
+def test_client_timeout_in_process():
+    """BatcherTimeout (not a hang) when nothing answers, and resends before it."""
+    ctx = zmq.Context()
+    try:
+        c = BatcherClient(f"tcp://127.0.0.1:{H.free_port()}", timeout_s=0.6, resend_s=0.2, context=ctx)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(BatcherTimeout, match="batcher"):
+                infer_blocking(c, 0, np.zeros((1, 3), np.float32))
+            assert time.monotonic() - t0 < 5
+            assert c.resends >= 1
+        finally:
+            c.close()
+    finally:
+        ctx.term()
+
+
+# ---------------------------------------------------------------------------
+# known bugs (see the report): kept as expected failures until fixed
+
+@pytest.mark.xfail(reason="server.py _run_model: rows queued for a model whose weights are replaced by a "
+                          "net with another input_size crash the serve loop (ValueError, uncaught)",
+                   strict=False)
+def test_weights_changing_input_size_with_queued_rows_do_not_crash():
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 0)}, max_wait_us=300_000) as srv:
+        c = srv.client(timeout_s=5)
+        rows = rows_of("float32", 2)
+        rid = c.send_infer(0, rows)                  # queued for up to 300 ms
+        wider = MLP(COLS + 2, 3, (8,))
+        assert c.push_weights(0, wider, 1)["version"] == 1
+        time.sleep(0.5)
+        assert srv.serving(), srv.errors
+        try:
+            c.poll(1000)                             # an answer or an error reply, not silence
+        except BatcherError:
+            pass
+        assert rid not in c.in_flight
+        head, adv = infer_blocking(c, 0, rows_of("float32", 2, cols=COLS + 2))
+        assert head["version"] == 1
+
+
+@pytest.mark.xfail(reason="weights.py net_from_bytes: a spec with input_size inf (OverflowError) or an "
+                          "unallocatable size (RuntimeError) gives code 'internal' instead of 'bad_weights'",
+                   strict=False)
+@pytest.mark.parametrize("spec", [{"input_size": float("inf"), "num_actions": 2, "hidden": [4]},
+                                  {"input_size": 2 ** 62, "num_actions": 2, "hidden": [4]}])
+def test_weights_with_absurd_spec_are_bad_weights(spec):
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 0)}) as srv:
+        s = srv.dealer()
+        head, _ = H.exchange(s, [H.header(type=P.WEIGHTS, id=1, model=0, version=5, spec=spec), b"x"], 10000)
+        assert head["type"] == P.ERROR
+        assert_serves(srv, nets)
+        assert head["code"] == "bad_weights"

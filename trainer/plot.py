@@ -6,7 +6,7 @@ has at least one key present, into RUN_DIR/plots (or --out):
 
     evaluation.png   exploitability, nash_conv, vs_*_win_rate, vs_*_score_diff, ...
     losses.png       *loss*
-    throughput.png   *_per_s, samples_*, nodes_*, ...
+    throughput.png   *_per_s, samples_*, nodes_*, batcher_*, *memory*, ...
     timings.png      time_*, *_s
     other.png        any other numeric key
 
@@ -67,7 +67,8 @@ def group_of(key):
         return "evaluation"
     if "loss" in k:
         return "losses"
-    if k.endswith(("_per_s", "_per_sec", "_rate_s")) or k.startswith(("samples", "nodes", "throughput")):
+    if (k.endswith(("_per_s", "_per_sec")) or "memory" in k
+            or k.startswith(("samples", "nodes", "throughput", "batcher", "queries", "traversals"))):
         return "throughput"
     if k.startswith("time") or k.endswith(("_s", "_sec", "_seconds", "_time")):
         return "timings"
