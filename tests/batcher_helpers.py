@@ -178,7 +178,7 @@ class InProcessBatcher:
                 s.close(0)
         if not self.thread.is_alive():
             self.batcher.close()
-            self.ctx.term()
+            self.ctx.destroy(linger=0)     # closes anything a failed test left open
 
     def __enter__(self):
         return self.start()
@@ -278,7 +278,8 @@ class Fuzzer:
         if r.random() < 0.92:
             fields["v"] = P.PROTOCOL_VERSION if r.random() < 0.85 else r.choice(_SCALARS)
         if r.random() < 0.95:
-            fields["type"] = r.choice(_TYPES) if r.random() < 0.9 else self._value()
+            fields["type"] = (r.choice([P.INFER] * 6 + [P.WEIGHTS] * 3 + _TYPES) if r.random() < 0.9
+                              else self._value())
         if r.random() < 0.8:
             fields["id"] = self._value()
         t = fields.get("type")

@@ -345,33 +345,49 @@ def test_bad_messages_get_error_replies_and_service_goes_on():
         assert H.recv_reply(big, 1000) is None
         assert_serves(srv, nets)
 
-        # the same errors through the client
-        c = srv.client()
+        st = H.exchange(s, P.pack({"type": P.STATS, "id": "st"}), 5000)[0]["stats"]
+        assert st["errors"] == dict(expected)            # every rejection counted under its code
+
+        # the same errors through the client (a fresh client per case: a raised error ends a client)
+        def client_error(fn, timeout_s=10.0):
+            c = srv.client(timeout_s=timeout_s, resend_s=0.3)
+            t0 = time.monotonic()
+            try:
+                with pytest.raises(BatcherError) as ei:
+                    fn(c)
+                return ei.value.code, time.monotonic() - t0, c.resends
+            finally:
+                c.close()
+
+        spec16, blob16 = net_to_bytes(nets[0])
         cases = [
-            (lambda: infer_blocking(c, 9, rows_of("uint8", 2)), "unknown_model"),
-            (lambda: infer_blocking(c, 0, rows_of("float32", 2, cols=COLS + 1)), "bad_shape"),
-            (lambda: infer_blocking(c, 0, np.zeros((0, COLS), np.float32)), "bad_shape"),
-            (lambda: infer_blocking(c, 0, rows_of("float32", 1000)), "too_large"),
-            (lambda: c.call({"type": P.WEIGHTS, "model": 0, "version": 3, "spec": nets[0].spec()}, b"\x00" * 64),
+            (lambda c: infer_blocking(c, 0, rows_of("float32", 2, cols=COLS + 1)), "bad_shape"),
+            (lambda c: infer_blocking(c, 0, np.zeros((0, COLS), np.float32)), "bad_shape"),
+            (lambda c: c.call({"type": P.WEIGHTS, "model": 0, "version": 3, "spec": spec16}, b"\x00" * 64),
              "bad_weights"),
-            (lambda: c.push_weights(0, MLP(COLS, 5, (16, 16)), 3) and c.call(
-                {"type": P.WEIGHTS, "model": 0, "version": 4, "spec": {**nets[0].spec(), "num_actions": 2}},
-                net_to_bytes(nets[0])[1]), "bad_weights"),
-            (lambda: c.call({"type": "nonsense"}), "bad_type"),
+            (lambda c: c.call({"type": P.WEIGHTS, "model": 0, "version": 3,
+                               "spec": {**spec16, "num_actions": 2}}, blob16), "bad_weights"),
+            (lambda c: c.push_weights(0, nets[0], 0), "stale_version"),
+            (lambda c: c.call({"type": "nonsense"}), "bad_type"),
         ]
-        for call, code in cases:
-            with pytest.raises(BatcherError) as ei:
-                call()
-            assert ei.value.code == code
-            expected[code] += 1
-        assert not c.in_flight
-        # model 0 was replaced (version 3, 5 actions) by the one valid push above; model 1 is intact
+        for fn, code in cases:
+            got, elapsed, _ = client_error(fn)
+            assert got == code
+            assert elapsed < 5                              # answered at once, not after resends
+        # unknown_model: the client keeps resending (a restarted batcher may get the
+        # weights later) and raises the batcher's error at timeout_s
+        got, elapsed, resends = client_error(lambda c: infer_blocking(c, 9, rows_of("uint8", 2)), timeout_s=1.0)
+        assert got == "unknown_model" and resends >= 1 and 0.9 <= elapsed < 8
+
+        # a valid push still works after all that; model 1 is intact
+        c = srv.client()
+        assert c.push_weights(0, MLP(COLS, 5, (16, 16)), 3)["version"] == 3
         head, adv = infer_blocking(c, 0, rows_of("uint8", 2))
         assert head["version"] == 3 and adv.shape == (2, 5)
         assert_serves(srv, nets, model=1)
-
         st = c.stats()
-        assert st["errors"] == dict(expected)
+        for code in ("bad_shape", "bad_weights", "stale_version", "bad_type", "unknown_model"):
+            assert st["errors"][code] > expected[code], code
         assert "internal" not in st["errors"]
     assert not srv.errors
 
@@ -495,7 +511,7 @@ def test_worker_survives_batcher_restart(tmp_path):
     finally:
         bp.kill()
         t.join(40)
-        monitor_ctx.term()
+        monitor_ctx.destroy(linger=0)
     stats = result["stats"]
     assert stats["resends"] > 0
     assert stats["traversals"] == n
@@ -599,10 +615,8 @@ def test_fuzz_random_messages(tmp_path):
                                                          if k not in (P.RESULT, P.PONG, P.STATS, P.ACK))
             finally:
                 c.close()
-            for s in sockets:
-                s.close(0)
     finally:
-        ctx.term()
+        ctx.destroy(linger=0)
     text = log.read_text(errors="replace")
     assert "Traceback" not in text, text[-3000:]
 
@@ -768,6 +782,32 @@ def test_client_timeout_in_process():
 # ---------------------------------------------------------------------------
 # known bugs (see the report): kept as expected failures until fixed
 
+@pytest.mark.xfail(reason="client.py _check_in_flight raises an entry's error/timeout without removing the "
+                          "entry: every later poll() on that client raises the same exception again",
+                   strict=False)
+def test_client_usable_after_an_unknown_model_error():
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 0)}) as srv:
+        c = srv.client(timeout_s=0.8, resend_s=0.3)
+        with pytest.raises(BatcherError):
+            infer_blocking(c, 9, rows_of("uint8", 2))
+        rows = rows_of("uint8", 2)
+        head, adv = infer_blocking(c, 0, rows)
+        np.testing.assert_allclose(adv, forward(nets[0], rows), atol=ATOL, rtol=0)
+
+
+@pytest.mark.xfail(reason="server.py _handle: the too_large check runs before the header is read, so the "
+                          "error reply has id None; the client ignores it, resends the oversized message "
+                          "and ends with BatcherTimeout instead of BatcherError('too_large')",
+                   strict=False)
+def test_client_gets_too_large_error():
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 0)}, max_message_bytes=64 << 10) as srv:
+        c = srv.client(timeout_s=2.0, resend_s=0.5)
+        with pytest.raises(BatcherError) as ei:
+            infer_blocking(c, 0, rows_of("float32", 1000))
+        assert ei.value.code == "too_large"
+
 @pytest.mark.xfail(reason="server.py _run_model: rows queued for a model whose weights are replaced by a "
                           "net with another input_size crash the serve loop (ValueError, uncaught)",
                    strict=False)
@@ -803,3 +843,16 @@ def test_weights_with_absurd_spec_are_bad_weights(spec):
         assert head["type"] == P.ERROR
         assert_serves(srv, nets)
         assert head["code"] == "bad_weights"
+
+
+@pytest.mark.xfail(reason="traverser/worker.py run_remote: BatcherClient() is built outside the thread's "
+                          "try, so a ZMQError (bad endpoint) kills the thread silently and run_remote returns "
+                          "0 traversals; `python -m traverser --batcher not-an-endpoint` exits 0",
+                   strict=False)
+def test_run_remote_with_a_bad_endpoint_raises():
+    cfg = TraverserConfig()
+    ids = np.arange(4)
+    with pytest.raises(zmq.ZMQError):
+        stats = run_remote(KUHN, cfg, "not-an-endpoint", ids, ids % 2, 1, 0, 1.0, lambda a, s: None,
+                           groups_per_thread=1, machines=2, timeout_s=2.0)
+        assert stats["traversals"] == len(ids), stats["traversals"]

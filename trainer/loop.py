@@ -125,12 +125,15 @@ class Trainer:
         added = {"adv": 0, "strat": 0}
 
         def commit(job, adv_chunks, strat_chunks):
-            for c in adv_chunks:
-                self.adv_mem[p].add(c)
-                added["adv"] += len(c["weight"])
-            for c in strat_chunks:
-                self.strat_mem.add(c)
-                added["strat"] += len(c["weight"])
+            # rows in (traversal id, position) order: chunk arrival order depends on
+            # timing, the memories' contents must not
+            adv, strat = _ordered(adv_chunks), _ordered(strat_chunks)
+            if adv is not None:
+                self.adv_mem[p].add(adv)
+                added["adv"] += len(adv["weight"])
+            if strat is not None:
+                self.strat_mem.add(strat)
+                added["strat"] += len(strat["weight"])
 
         before_req, before_drop = server.requeued, server.dropped_rows
         server.run_phase(jobs, job_config, commit,
@@ -296,6 +299,14 @@ class Trainer:
             if services is not None:
                 services.stop()
             server.close()
+
+
+def _ordered(chunks):
+    if not chunks:
+        return None
+    cat = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    order = np.lexsort((cat["seq"], cat["traversal"]))
+    return {k: v[order] for k, v in cat.items()}
 
 
 def _batcher_nodes(client):

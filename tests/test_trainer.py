@@ -1,0 +1,275 @@
+"""Trainer: config parsing, reservoir memories, the real entry point in a
+subprocess, resume, and exactly-once job accounting when a worker is killed."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainer import checkpoint as ck
+from trainer.config import ConfigError, load_config
+from trainer.memory import ReservoirMemory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------------------
+# config
+
+def test_config_files_load_and_validate():
+    for name in ("lost_cities", "leduc", "kuhn", "smoke"):
+        cfg = load_config(ROOT / "configs" / f"{name}.yaml")
+        assert cfg.train.iterations >= 1
+    cfg = load_config(ROOT / "configs" / "kuhn.yaml", ["train.iterations=7", "game.params={}",
+                                                       "network.hidden=[8, 8]", "traversal.epsilon=0.3"])
+    assert (cfg.train.iterations, cfg.network.hidden, cfg.traversal.epsilon) == (7, [8, 8], 0.3)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("train.iterationz=5", "config train.iterationz: unknown key"),
+    ("train.iterations=many", "config train.iterations: expected int"),
+    ("train.reinit_advantage=3", "config train.reinit_advantage: expected bool"),
+    ("train.lr=-1", "config train.lr: bad value"),
+    ("bogus.x=1", "unknown section 'bogus'"),
+    ("game.params.colours=9", "'colours' = 9 is out of range"),
+    ("game.name=chess", "unknown game 'chess'"),
+    ("eval.opponents=[random, grandmaster]", "config eval.opponents: bad value"),
+    ("traversal.algorithm=exhaustive", "config traversal.algorithm: bad value"),
+    ("train.iterations", "expected section.key=value"),
+])
+def test_bad_overrides_name_the_problem(override, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        load_config(None, [override])
+
+
+def test_bad_yaml_key(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train: {iterations: 2, speed: 9}\n")
+    with pytest.raises(ConfigError, match="config train.speed: unknown key"):
+        load_config(p)
+    p.write_text("train: [1, 2]\n")
+    with pytest.raises(ConfigError, match="config train: expected a mapping"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+# ---------------------------------------------------------------------------
+# reservoir memory
+
+def _chunk(values, cols=3):
+    n = len(values)
+    return {"info": np.repeat(np.asarray(values, np.float32)[:, None] % 200, cols, 1),
+            "target": np.asarray(values, np.float32)[:, None].repeat(2, 1),
+            "mask": np.ones((n, 2), np.uint8), "weight": np.asarray(values, np.float32)}
+
+
+def _sequential_reservoir(capacity, chunks, seed):
+    """Row-at-a-time reservoir with the same random draws as ReservoirMemory."""
+    rng = np.random.default_rng(seed)
+    slots, seen = [], 0
+    for values in chunks:
+        room = min(len(values), capacity - len(slots))
+        slots.extend(values[:room])
+        rest = values[room:]
+        if rest:
+            u = rng.random(len(rest))
+            for j, v in enumerate(rest):
+                k = seen + room + j
+                s = int(u[j] * (k + 1))
+                if s < capacity:
+                    slots[s] = v
+        seen += len(values)
+    return slots
+
+
+def test_chunked_reservoir_equals_row_at_a_time_insertion():
+    rng = np.random.default_rng(5)
+    chunks, start = [], 0
+    for _ in range(40):
+        n = int(rng.integers(1, 60))
+        chunks.append(list(range(start, start + n)))
+        start += n
+    mem = ReservoirMemory(100, 3, 2, seed=11)
+    for values in chunks:
+        mem.add(_chunk(values))
+    expected = _sequential_reservoir(100, chunks, 11)
+    assert mem.weight[:mem.size].astype(int).tolist() == expected
+    assert mem.seen == start and mem.size == 100
+    np.testing.assert_array_equal(mem.target[:, 0], mem.weight)
+
+
+def test_reservoir_is_uniform():
+    counts = np.zeros(1000)
+    for seed in range(200):
+        mem = ReservoirMemory(100, 1, 1, seed=seed)
+        for start in range(0, 1000, 50):
+            mem.add(_chunk(list(range(start, start + 50)), cols=1) | {"mask": np.ones((50, 1), np.uint8),
+                                                                       "target": np.zeros((50, 1), np.float32)})
+        counts[mem.weight.astype(int)] += 1
+    # each row kept with probability 0.1: 20 expected per row over 200 runs
+    early, late = counts[:500].mean(), counts[500:].mean()
+    assert abs(early - 20) < 1.5 and abs(late - 20) < 1.5
+
+
+def test_reservoir_rejects_inexact_info_and_round_trips():
+    mem = ReservoirMemory(10, 3, 2, seed=0)
+    bad = _chunk([1, 2])
+    bad["info"] = bad["info"] + 0.5
+    with pytest.raises(ValueError, match="uint8 exactly"):
+        mem.add(bad)
+    mem.add(_chunk(list(range(25))))
+    other = ReservoirMemory(10, 3, 2, seed=99)
+    other.load_state_dict(mem.state_dict("m"), "m")
+    assert other.equals(mem)
+    mem.add(_chunk([100, 101, 102]))
+    other.add(_chunk([100, 101, 102]))
+    assert other.equals(mem)        # the generator state travelled too
+
+
+# ---------------------------------------------------------------------------
+# the real entry point
+
+def same_memory(a, b):
+    """Same rows in the same slots. Targets may differ in the last float bits:
+    the batcher's forwards mix rows from different requests depending on
+    timing, and a row's result can depend on the batch it rode in."""
+    n = a.size
+    return (a.size == b.size and a.seen == b.seen
+            and np.array_equal(a.info[:n], b.info[:n]) and np.array_equal(a.mask[:n], b.mask[:n])
+            and np.array_equal(a.weight[:n], b.weight[:n])
+            and np.allclose(a.target[:n], b.target[:n], rtol=1e-4, atol=1e-4))
+
+
+TINY = ["network.hidden=[16, 16]", "train.traversals=60", "train.adv_steps=10", "train.strategy_steps=20",
+        "train.batch_size=64", "service.machines=16", "service.groups=2", "run.progress=false",
+        "run.tensorboard=false", "eval.openspiel=true"]
+
+
+def run_trainer(args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_smoke_run_kuhn_end_to_end(tmp_path):
+    run_dir = tmp_path / "run"
+    r = run_trainer(["--config", "configs/kuhn.yaml", "--run-dir", str(run_dir), "--set", "train.iterations=2",
+                     "--set", "eval.every=1", "--set", "run.checkpoint_every=1", *sum([["--set", s] for s in TINY], [])])
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in lines] == [1, 2]
+    for m in lines:
+        assert m["samples_adv_0"] > 0 and m["samples_adv_1"] > 0
+        assert abs(m["exploitability"] - m["openspiel_exploitability"]) < 1e-6
+    assert "final evaluation after iteration 2" in r.stdout and "exploitability" in r.stdout
+    ckpt = ck.load_checkpoint(run_dir)
+    assert ckpt["iteration"] == 2 and set(ckpt["nets"]) == {"adv0", "adv1", "strategy"}
+    assert (run_dir / "logs" / "batcher.log").exists() and (run_dir / "logs" / "worker0.log").exists()
+
+
+def test_bad_config_exits_2_with_named_key(tmp_path):
+    r = run_trainer(["--config", "configs/kuhn.yaml", "--set", "train.iterashuns=3"])
+    assert r.returncode == 2 and "train.iterashuns: unknown key" in r.stderr
+    r = run_trainer(["--resume", str(tmp_path / "nothing")])
+    assert r.returncode == 2 and "no checkpoint" in r.stderr
+
+
+def _trainer_in_process(cfg_overrides, run_dir, resume=None):
+    from trainer.loop import Trainer
+    cfg = load_config(ROOT / "configs" / "leduc.yaml", cfg_overrides)
+    return Trainer(cfg, run_dir, resume=resume, log=lambda *_: None)
+
+
+LEDUC_def same_memory(a, b):
+    """Same rows in the same slots. Targets may differ in the last float bits:
+    the batcher's forwards mix rows from different requests depending on
+    timing, and a row's result can depend on the batch it rode in."""
+    n = a.size
+    return (a.size == b.size and a.seen == b.seen
+            and np.array_equal(a.info[:n], b.info[:n]) and np.array_equal(a.mask[:n], b.mask[:n])
+            and np.array_equal(a.weight[:n], b.weight[:n])
+            and np.allclose(a.target[:n], b.target[:n], rtol=1e-4, atol=1e-4))
+
+
+TINY = ["network.hidden=[16, 16]", "train.traversals=300", "train.adv_steps=5", "train.strategy_steps=5",
+              "train.batch_size=32", "service.machines=32", "service.groups=2", "run.progress=false",
+              "run.tensorboard=false", "eval.every=0", "eval.openspiel=false", "train.time_limit_s=0",
+              "run.save_memories=true", "run.checkpoint_every=1", "service.job_size=100"]
+
+
+def test_resume_continues_at_the_right_iteration_with_equal_memories(tmp_path):
+    import copy
+    import shutil
+    from trainer.loop import Trainer
+    straight = _trainer_in_process(LEDUC_TINY + ["train.iterations=3"], tmp_path / "straight")
+    at_save = {}
+    original_save = Trainer.save
+
+    def save_and_remember(self, t):
+        at_save[t] = (copy.deepcopy(self.adv_mem), copy.deepcopy(self.strat_mem))
+        return original_save(self, t)
+
+    Trainer.save = save_and_remember
+    try:
+        straight.run()
+    finally:
+        Trainer.save = original_save
+    # interrupt after iteration 2: a run dir holding only the iteration-2 checkpoint
+    resumed_dir = tmp_path / "resumed"
+    (resumed_dir / "checkpoints").mkdir(parents=True)
+    for name in ("iter_000002.pt", "iter_000002.memories.npz"):
+        shutil.copy(tmp_path / "straight" / "checkpoints" / name, resumed_dir / "checkpoints" / name)
+    (resumed_dir / "checkpoints" / "latest").write_text("iter_000002.pt")
+    ckpt = ck.load_checkpoint(resumed_dir)
+    assert ckpt["iteration"] == 2
+    resumed = _trainer_in_process(LEDUC_TINY + ["train.iterations=3"], resumed_dir, resume=ckpt)
+    assert resumed.start_iteration == 3
+    adv_at_2, strat_at_2 = at_save[2]
+    for p in (0, 1):
+        assert resumed.adv_mem[p].equals(adv_at_2[p]) and len(adv_at_2[p]) > 0
+    assert resumed.strat_mem.equals(strat_at_2)
+    assert not resumed.adv_mem[0].equals(straight.adv_mem[0])     # iteration 3 added rows
+    resumed.run()
+    lines = [json.loads(l) for l in (resumed_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in lines] == [3]
+    # everything is seeded and samples enter the memories in (traversal, position)
+    # order: the resumed run ends exactly where the uninterrupted one did
+    for p in (0, 1):
+        assert same_memory(resumed.adv_mem[p], straight.adv_mem[p])
+    assert same_memory(resumed.strat_mem, straight.strat_mem)
+
+
+def test_killed_worker_job_is_redone_exactly_once(tmp_path):
+    clean = _trainer_in_process(LEDUC_TINY + ["train.iterations=1", "service.workers=2",
+                                              "train.traversals=1200", "service.job_size=300"], tmp_path / "clean")
+    clean.run()
+    victim = _trainer_in_process(LEDUC_TINY + ["train.iterations=1", "service.workers=2",
+                                               "train.traversals=1200", "service.job_size=300"], tmp_path / "kill")
+    from trainer import jobs
+    original = jobs.JobServer._handle
+    killed = {}
+
+    def handle_and_kill(self, frames, by_id, done, job_config, progress):
+        original(self, frames, by_id, done, job_config, progress)
+        for w in self.workers.values():
+            job = w["job"]
+            if not killed and job is not None and job.staged and job.staged["adv"]:
+                killed["pid"] = w["pid"]
+                os.kill(w["pid"], signal.SIGKILL)     # partial samples are staged: kill now
+
+    jobs.JobServer._handle = handle_and_kill
+    try:
+        metrics = victim.run()
+    finally:
+        jobs.JobServer._handle = original
+    assert killed, "no worker was killed"
+    assert metrics["requeued_jobs"] >= 1 and metrics["dropped_rows"] > 0 and metrics["restarts"] >= 1
+    for p in (0, 1):
+        assert same_memory(victim.adv_mem[p], clean.adv_mem[p])
+    assert same_memory(victim.strat_mem, clean.strat_mem)
