@@ -849,6 +849,7 @@ def test_weights_with_absurd_spec_are_bad_weights(spec):
                           "try, so a ZMQError (bad endpoint) kills the thread silently and run_remote returns "
                           "0 traversals; `python -m traverser --batcher not-an-endpoint` exits 0",
                    strict=False)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_run_remote_with_a_bad_endpoint_raises():
     cfg = TraverserConfig()
     ids = np.arange(4)

@@ -186,18 +186,7 @@ def _trainer_in_process(cfg_overrides, run_dir, resume=None):
     return Trainer(cfg, run_dir, resume=resume, log=lambda *_: None)
 
 
-LEDUC_def same_memory(a, b):
-    """Same rows in the same slots. Targets may differ in the last float bits:
-    the batcher's forwards mix rows from different requests depending on
-    timing, and a row's result can depend on the batch it rode in."""
-    n = a.size
-    return (a.size == b.size and a.seen == b.seen
-            and np.array_equal(a.info[:n], b.info[:n]) and np.array_equal(a.mask[:n], b.mask[:n])
-            and np.array_equal(a.weight[:n], b.weight[:n])
-            and np.allclose(a.target[:n], b.target[:n], rtol=1e-4, atol=1e-4))
-
-
-TINY = ["network.hidden=[16, 16]", "train.traversals=300", "train.adv_steps=5", "train.strategy_steps=5",
+LEDUC_TINY = ["network.hidden=[16, 16]", "train.traversals=300", "train.adv_steps=5", "train.strategy_steps=5",
               "train.batch_size=32", "service.machines=32", "service.groups=2", "run.progress=false",
               "run.tensorboard=false", "eval.every=0", "eval.openspiel=false", "train.time_limit_s=0",
               "run.save_memories=true", "run.checkpoint_every=1", "service.job_size=100"]
