@@ -28,6 +28,7 @@ ctypedef bint (*terminal_fn)(const void* cfg, const void* state) noexcept nogil
 ctypedef void (*returns_fn)(const void* cfg, const void* state, double* out) noexcept nogil
 ctypedef void (*tensor_fn)(const void* cfg, const void* state, int player, float* out) noexcept nogil
 ctypedef int (*check_fn)(const void* cfg, const void* state) noexcept nogil
+ctypedef int (*rollout_fn)(const void* cfg, const void* state, uint64_t* rng) noexcept nogil
 
 
 cdef struct GameDef:
@@ -51,6 +52,7 @@ cdef struct GameDef:
                                 # value as it stands, e.g. the score difference)
     tensor_fn info_state        # info-state tensor of `player` into out[tensor_size]
     check_fn check              # re-derive every invariant; 0 = ok, else a game error code
+    rollout_fn rollout_action   # optional (NULL): the game's own playout policy for cutoff rollouts
 
 
 cdef class Game:

@@ -352,6 +352,10 @@ cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float
     out[pos + 1] = s.turn
 
 
+cdef int _rollout_action(const void* cfgp, const void* state, uint64_t* rng) noexcept nogil:
+    return lc_heuristic_action(<const LCConfig*>cfgp, <const LCState*>state)
+
+
 cdef void _info_state(const void* cfgp, const void* state, int player, float* out) noexcept nogil:
     lc_info_state(<const LCConfig*>cfgp, <const LCState*>state, player, out)
 
@@ -675,6 +679,7 @@ cdef class LostCitiesGame(Game):
         self.gd.returns = _returns
         self.gd.info_state = _info_state
         self.gd.check = _check
+        self.gd.rollout_action = _rollout_action
 
     def __reduce__(self):
         return (_load_lost_cities, (self.params,))

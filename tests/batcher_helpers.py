@@ -4,7 +4,6 @@ raw DEALER sockets, and a random message generator for the fuzz test.
 Everything here is bounded: every wait has a timeout, every socket is closed
 with linger 0 and every subprocess is killed by the context managers.
 """
-import contextlib
 import os
 import random
 import signal

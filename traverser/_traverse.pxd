@@ -23,7 +23,9 @@ cdef struct Params:
     double epsilon              # outcome sampling: exploration of the traverser's sampling
     double value_clip           # outcome sampling: |regret target| clip (0 = none)
     double value_scale          # multiplies every utility (terminal and cutoff)
-    int max_depth               # decisions from the root before a cutoff
+    int max_depth               # decisions from the traversal root before a cutoff
+    int prefix_max              # the root is reached by 0..prefix_max on-policy decisions from the deal
+    int rollout_game_policy     # cutoff rollouts: 1 = the game's own playout policy, 0 = uniform random
     int64_t max_nodes           # nodes per traversal before every further node is a cutoff
     int rollouts                # cutoff value: 0 = value as it stands, k = mean of k random rollouts
     int fallback_uniform        # all regrets <= 0: 1 = uniform, 0 = argmax
@@ -72,6 +74,7 @@ cdef struct Machine:
     int64_t traversal_id        # id of the traversal loaded
     int64_t nodes               # nodes entered in this traversal
     int64_t opp_nodes           # opponent decision nodes seen (strategy interval)
+    int prefix                  # decisions sampled on-policy before the traversal root
     uint64_t rng                # own xorshift state
     double ret                  # value returned by the last finished child
     char* state                 # game state

@@ -26,9 +26,16 @@ Algorithms (traversal for player p, "the traverser"):
     and the targets are ((a == a*) * cv - value) / reach, reach being the
     product of p's own sampling probabilities above the node, clipped to
     +-value_clip.
-  cutoffs: at max_depth decisions, or after max_nodes nodes in a traversal, a
-    node is valued by returns() as it stands (Lost Cities: the score
-    difference) or by the mean of `rollouts` uniformly random playouts.
+  cutoffs: at max_depth decisions below the traversal root, or after
+    max_nodes nodes in a traversal, a node is valued by returns() as it
+    stands (Lost Cities: the score difference) or by the mean of `rollouts`
+    playouts, uniformly random or by the game's own playout policy (Lost
+    Cities: the heuristic bot) with rollout_policy = "game".
+  sampled roots: with prefix_max > 0 a traversal first plays a prefix of
+    0..prefix_max decisions (length drawn after the deal) with both players
+    sampling on-policy and no samples written; the traversal proper starts
+    where the prefix ends. Depth-limited traversals so cover a whole long
+    game (Lost Cities), not only its opening.
   a node with one legal action is passed through with no query and no sample.
 
 Determinism: each traversal has its own xorshift state seeded from (run seed,
@@ -65,6 +72,7 @@ cdef struct Core:
     int num_actions
     int max_legal
     int n_machines
+    int stack_depth             # deepest frame: prefix_max + max_depth
     Machine* machines
     # request buffer (numpy-owned)
     float* requests             # [n_machines, tensor_size]
@@ -145,19 +153,22 @@ cdef inline int _sample_explore(const double* sigma, int n, double eps, double u
 cdef double _cutoff_value(Core* c, Machine* m) noexcept nogil:
     cdef double out[2]
     cdef double total = 0.0
-    cdef int k, n
-    cdef int* legal = m.legal + (c.params.max_depth) * c.max_legal   # last frame's row as scratch
+    cdef int k, n, a
+    cdef int* legal = m.legal + c.stack_depth * c.max_legal   # last frame's row as scratch
+    cdef char* undo = m.undo + (c.stack_depth + 1) * c.gd.undo_size
+    cdef bint own_policy = c.params.rollout_game_policy and c.gd.rollout_action != NULL
     if c.params.rollouts <= 0:
         c.gd.returns(c.gd.cfg, m.state, out)
         return out[m.traverser] * c.params.value_scale
     for k in range(c.params.rollouts):
         memcpy(m.scratch, m.state, c.gd.state_size)
-        while True:
-            n = c.gd.legal_actions(c.gd.cfg, m.scratch, legal)
-            if n == 0:
-                break
-            c.gd.apply_action(c.gd.cfg, m.scratch, legal[rng_below(&m.rng, n)],
-                              m.undo + c.params.max_depth * c.gd.undo_size)
+        while not c.gd.is_terminal(c.gd.cfg, m.scratch):
+            if own_policy:
+                a = c.gd.rollout_action(c.gd.cfg, m.scratch, &m.rng)
+            else:
+                n = c.gd.legal_actions(c.gd.cfg, m.scratch, legal)
+                a = legal[rng_below(&m.rng, n)]
+            c.gd.apply_action(c.gd.cfg, m.scratch, a, undo)
             c.stats.rollout_moves += 1
         c.gd.returns(c.gd.cfg, m.scratch, out)
         total += out[m.traverser]
@@ -174,6 +185,7 @@ cdef bint _load_next(Core* c, Machine* m) noexcept nogil:
     c.queue_pos += 1
     m.rng = rng_seed(c.run_seed, <uint64_t>c.iteration, <uint64_t>m.traversal_id)
     c.gd.deal_seed(c.gd.cfg, m.state, &m.rng)
+    m.prefix = <int>rng_below(&m.rng, c.params.prefix_max + 1) if c.params.prefix_max > 0 else 0
     m.depth = 0
     m.seq = 0
     m.nodes = 0
@@ -239,7 +251,7 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
                 m.ret = tmp[m.traverser] * c.params.value_scale
                 c.stats.terminals += 1
                 finished = True
-            elif m.depth >= c.params.max_depth or m.nodes > c.params.max_nodes:
+            elif m.depth - m.prefix >= c.params.max_depth or m.nodes > c.params.max_nodes:
                 m.ret = _cutoff_value(c, m)
                 c.stats.cutoffs += 1
                 finished = True
@@ -271,7 +283,9 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
                 m.status = M_WAITING
                 return M_WAITING
         elif f.stage == ST_POLICY:
-            if f.player == m.traverser:
+            if m.depth < m.prefix:
+                f.stage = ST_SAMPLE_OPP         # root prefix: on-policy, no samples
+            elif f.player == m.traverser:
                 if c.params.algorithm == ALG_EXTERNAL:
                     f.next_child = 0
                     f.stage = ST_EXPAND
@@ -479,11 +493,13 @@ cdef class MachineGroup:
         c.max_legal = game.gd.max_legal if game.gd.max_legal > 0 else game.gd.num_actions
         c.n_machines = n_machines
         self._set_params(config)
-        D = c.params.max_depth + 1
+        c.stack_depth = c.params.prefix_max + c.params.max_depth
+        D = c.stack_depth + 1
         L = c.max_legal
         # one arena for every machine: structs, frames, legal/sigma/values rows, undo, states
         per_machine = (sizeof(Frame) * D + sizeof(int) * D * L + 2 * sizeof(double) * D * L
                        + <size_t>c.gd.undo_size * (D + 1) + 2 * <size_t>c.gd.state_size)
+        # (undo record D is the rollouts' scratch)
         per_machine = (per_machine + 63) & ~(<size_t>63)
         self._arena = <char*>calloc(1, sizeof(Machine) * n_machines + per_machine * n_machines + 64)
         if self._arena == NULL:
@@ -546,6 +562,12 @@ cdef class MachineGroup:
         if config.rollouts < 0:
             raise ValueError(f"rollouts must be >= 0, got {config.rollouts}")
         p.rollouts = config.rollouts
+        if config.rollout_policy not in ("random", "game"):
+            raise ValueError(f"rollout_policy must be 'random' or 'game', got {config.rollout_policy!r}")
+        p.rollout_game_policy = config.rollout_policy == "game"
+        if not 0 <= config.prefix_max <= 100000:
+            raise ValueError(f"prefix_max must be in [0, 100000], got {config.prefix_max}")
+        p.prefix_max = config.prefix_max
         if config.fallback not in ("argmax", "uniform"):
             raise ValueError(f"fallback must be 'argmax' or 'uniform', got {config.fallback!r}")
         p.fallback_uniform = config.fallback == "uniform"

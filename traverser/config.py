@@ -17,7 +17,11 @@ class TraverserConfig:
     max_nodes: int = 0
     """Nodes per traversal before every further node is a cutoff (0 = no limit)."""
     rollouts: int = 0
-    """Cutoff value: 0 = returns as they stand (score difference), k = mean of k random rollouts."""
+    """Cutoff value: 0 = returns as they stand (score difference), k = mean of k rollouts."""
+    rollout_policy: str = "random"
+    """Rollouts: 'random' (uniform) or 'game' (the game's own playout policy: Lost Cities' heuristic)."""
+    prefix_max: int = 0
+    """Sampled roots: first play 0..prefix_max on-policy decisions with no samples (0 = root at the deal)."""
     fallback: str = "argmax"
     """Regret matching when no regret is positive: 'argmax' or 'uniform'."""
     strategy_interval: int = 1

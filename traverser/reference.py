@@ -77,6 +77,7 @@ class ReferenceTraverser:
             self.tid, self.p = int(tid), int(p)
             self.seq = self.nodes = self.opp_nodes = 0
             state = self.game.new_initial_state_from_rng(self.rng)
+            self.prefix = self.rng.below(self.cfg.prefix_max + 1) if self.cfg.prefix_max > 0 else 0
             self._traverse(state, 0, 1.0)
         return self._arrays(self.adv), self._arrays(self.strat)
 
@@ -115,11 +116,15 @@ class ReferenceTraverser:
         if self.cfg.rollouts <= 0:
             return state.returns()[self.p] * scale
         total = 0.0
+        own = self.cfg.rollout_policy == "game" and hasattr(self.game, "heuristic_action")
         for _ in range(self.cfg.rollouts):
             s = state.clone()
             while not s.is_terminal():
-                legal = s.legal_actions()
-                s.apply_action(legal[self.rng.below(len(legal))])
+                if own:
+                    s.apply_action(self.game.heuristic_action(s))
+                else:
+                    legal = s.legal_actions()
+                    s.apply_action(legal[self.rng.below(len(legal))])
             total += s.returns()[self.p]
         return total / self.cfg.rollouts * scale
 
@@ -129,7 +134,7 @@ class ReferenceTraverser:
         if state.is_terminal():
             self.counter["terminals"] += 1
             return state.returns()[self.p] * self.cfg.value_scale
-        if depth >= self.max_depth or self.nodes > self.max_nodes:
+        if depth - self.prefix >= self.max_depth or self.nodes > self.max_nodes:
             self.counter["cutoffs"] += 1
             return self._cutoff(state)
         player = state.current_player()
@@ -140,6 +145,12 @@ class ReferenceTraverser:
             state.undo_action()
             return v
         sigma = self._policy(state, player, legal)
+        if depth < self.prefix:          # root prefix: on-policy, no samples
+            chosen = sample(sigma, self.rng.double())
+            state.apply_action(legal[chosen])
+            v = self._traverse(state, depth + 1, reach)
+            state.undo_action()
+            return v
         if player == self.p:
             if self.cfg.algorithm == "external":
                 values = []
