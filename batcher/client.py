@@ -47,6 +47,7 @@ class BatcherClient:
         self.in_flight = {}      # id -> [frames, first_sent, last_sent, last_error]
         self.resends = 0
         self.wire_bytes = 0
+        self._ready = []         # answers received before an error was raised
 
     def close(self):
         self.sock.close(0)
@@ -68,14 +69,19 @@ class BatcherClient:
     def poll(self, timeout_ms):
         """Replies that arrived within timeout_ms: a list of (id, header, array).
         Error replies to in-flight requests raise BatcherError."""
-        out = []
+        out = self._ready
+        self._ready = []
         if self.sock.poll(timeout_ms, zmq.POLLIN):
             while True:
                 try:
                     frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                item = self._decode(frames)
+                try:
+                    item = self._decode(frames)
+                except BatcherError:
+                    self._ready = out          # answers already taken come with the next poll
+                    raise
                 if item is not None:
                     out.append(item)
         self._check_in_flight()
@@ -103,9 +109,10 @@ class BatcherClient:
 
     def _check_in_flight(self):
         now = time.monotonic()
-        for req_id, entry in self.in_flight.items():
+        for req_id, entry in list(self.in_flight.items()):
             frames, first, last, error = entry
             if now - first > self.timeout_s:
+                del self.in_flight[req_id]     # the error is reported once; the client stays usable
                 if error is not None:
                     raise error
                 raise BatcherTimeout(f"no reply from the batcher at {self.endpoint} for {self.timeout_s:.0f} s "

@@ -28,6 +28,9 @@ from batcher.weights import net_from_bytes
 
 log = logging.getLogger("batcher")
 
+MAX_HEADER_BYTES = 1 << 20      # headers are small maps; anything larger is refused
+MAX_SPEC_PARAMS = 1 << 28       # a weights spec may not describe a larger net (about 1 GiB of float32)
+
 
 class DeviceError(RuntimeError):
     pass
@@ -248,12 +251,15 @@ class Batcher:
         identity, header_frame, payload = frames[0].bytes, frames[1], frames[2:]
         req_id = None
         try:
+            if len(header_frame) > MAX_HEADER_BYTES:
+                raise P.ProtocolError("too_large", f"header of {len(header_frame)} bytes exceeds "
+                                                   f"{MAX_HEADER_BYTES} bytes")
+            header = P.unpack_header(header_frame.buffer)
+            req_id = header.get("id")
             size = sum(len(f) for f in frames[1:])
             if size > self.opts.max_message_bytes:
                 raise P.ProtocolError("too_large", f"message of {size} bytes exceeds the "
                                                    f"{self.opts.max_message_bytes}-byte limit")
-            header = P.unpack_header(header_frame.buffer)
-            req_id = header.get("id")
             kind = header["type"]
             if kind == P.INFER:
                 self._on_infer(identity, header, payload)
@@ -299,9 +305,12 @@ class Batcher:
             raise P.ProtocolError("stale_version", f"model {model_id} is at version {current.version}; "
                                                    f"refusing version {version}")
         try:
-            net = net_from_bytes(spec, payload[0].bytes, self.device)
+            net = net_from_bytes(spec, payload[0].bytes, self.device, max_params=MAX_SPEC_PARAMS)
         except ValueError as e:
             raise P.ProtocolError("bad_weights", str(e)) from None
+        # rows queued for the old weights are answered by them (the input size may change)
+        while self.queues.get(model_id):
+            self._run_model(model_id)
         self.install(model_id, net, version, spec)
         self.stats.weight_updates += 1
         log.info("model %d now at version %d", model_id, version)
@@ -338,14 +347,14 @@ class Batcher:
             return
         t0 = time.monotonic()
         waits = [(t0 - p.arrived) * 1e6 for p in batch]
-        host = self._host_buffer(total, model.input_size)
-        view = host.numpy()
-        off = 0
-        for p in batch:
-            n = p.rows.shape[0]
-            view[off:off + n] = p.rows     # casts uint8/float16 to float32
-            off += n
         try:
+            host = self._host_buffer(total, model.input_size)
+            view = host.numpy()
+            off = 0
+            for p in batch:
+                n = p.rows.shape[0]
+                view[off:off + n] = p.rows     # casts uint8/float16 to float32
+                off += n
             with torch.inference_mode():
                 x = host[:total].to(self.device, non_blocking=True)
                 if self._autocast_dtype is not None:

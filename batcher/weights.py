@@ -14,11 +14,26 @@ def net_to_bytes(net):
     return net.spec(), st_save(state, metadata={"spec": json.dumps(net.spec())})
 
 
-def net_from_bytes(spec, blob, device="cpu"):
-    """Rebuild an MLP from a spec and safetensors bytes; mismatches raise ValueError."""
+def spec_params(spec):
+    """Parameter count an MLP spec describes; ValueError if it is malformed."""
+    try:
+        widths = [int(spec["input_size"]), *[int(h) for h in spec["hidden"]], int(spec["num_actions"])]
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"bad network spec {spec!r}: {e}") from None
+    if any(w < 1 for w in widths):
+        raise ValueError(f"bad network spec {spec!r}: every width must be >= 1")
+    return sum((a + 1) * b for a, b in zip(widths, widths[1:]))
+
+
+def net_from_bytes(spec, blob, device="cpu", max_params=None):
+    """Rebuild an MLP from a spec and safetensors bytes; mismatches raise ValueError.
+    A spec larger than max_params is refused before anything is allocated."""
+    n = spec_params(spec)
+    if max_params is not None and n > max_params:
+        raise ValueError(f"network spec describes {n} parameters, more than the {max_params} allowed")
     try:
         net = build_mlp(spec)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError, RuntimeError) as e:
         raise ValueError(f"bad network spec {spec!r}: {e}") from None
     try:
         state = st_load(bytes(blob))

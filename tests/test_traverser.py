@@ -44,6 +44,12 @@ CASES = {
     "lc_external_depth4": ("lost_cities", LC_SMALL, dict(max_depth=4, value_scale=0.01), 6),
     "lc_external_max_nodes_uniform_fallback": ("lost_cities", LC_SMALL,
                                                dict(max_nodes=60, value_scale=0.01, fallback="uniform"), 4),
+    # sampled roots (on-policy prefix without samples) and the game's own rollout policy
+    "lc_outcome_prefix": ("lost_cities", LC_SMALL,
+                          dict(algorithm="outcome", prefix_max=12, max_depth=6, value_scale=0.01), 16),
+    "lc_external_prefix_game_rollout": ("lost_cities", LC_SMALL,
+                                        dict(prefix_max=8, max_depth=3, rollouts=2, rollout_policy="game",
+                                             value_scale=0.01), 6),
 }
 
 # (groups, machines per group, threads, sample capacity)
@@ -159,6 +165,36 @@ def test_cases_exercise_their_features():
     assert np.abs(adv["target"]).max() == pytest.approx(clip)  # the clip engages
     _, strat, _, _ = local("leduc_external", COMBOS[1])
     assert len(strat) > 0
+    # the prefix moves the traversal root below the deal: nodes deeper than max_depth
+    for case in ("lc_outcome_prefix", "lc_external_prefix_game_rollout"):
+        _, _, stats, _ = local(case, COMBOS[1])
+        hist = np.array(stats["depth_hist"])
+        assert hist[CASES[case][2]["max_depth"] + 1:].sum() > 0, case
+    _, _, stats, _ = local("lc_external_prefix_game_rollout", COMBOS[1])
+    assert stats["rollout_moves"] > 0
+    # the game's rollout policy is not the uniform one
+    game, cfg, ids, trav, models = case_setup("lc_external_prefix_game_rollout", rollout_policy="random")
+    adv, _, _ = run_local(game, cfg, ids, trav, iteration=ITERATION, run_seed=RUN_SEED,
+                          evaluator=LocalEvaluator(models), machines=4)
+    game_adv, _, _, _ = local("lc_external_prefix_game_rollout", COMBOS[1])
+    adv = sort_samples(adv)
+    assert len(adv) != len(game_adv) or not np.allclose(adv["target"], game_adv["target"])
+
+
+def test_prefix_changes_the_roots():
+    """Sampled roots: the same ids without a prefix give other samples (the prefix
+    is drawn and played), yet the cutoff still counts max_depth from the new root."""
+    case = "lc_outcome_prefix"
+    adv, _, stats, _ = local(case, COMBOS[1])
+    game, cfg, ids, trav, models = case_setup(case, prefix_max=0)
+    plain, _, plain_stats = run_local(game, cfg, ids, trav, iteration=ITERATION, run_seed=RUN_SEED,
+                                      evaluator=LocalEvaluator(models), machines=4)
+    rows = {r.tobytes() for r in adv["info"]}
+    plain_rows = {r.tobytes() for r in plain["info"]}
+    assert rows != plain_rows
+    hist, plain_hist = np.array(stats["depth_hist"]), np.array(plain_stats["depth_hist"])
+    assert plain_hist[cfg.max_depth + 1:].sum() == 0 and hist[cfg.max_depth + 1:].sum() > 0
+    assert stats["cutoffs"] > 0 and plain_stats["cutoffs"] > 0
 
 
 def test_max_depth_bounds_depth_histogram():

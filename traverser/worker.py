@@ -4,6 +4,7 @@ import threading
 import time
 
 import numpy as np
+import zmq
 
 from batcher.client import BatcherClient
 from traverser._traverse import MachineGroup
@@ -29,14 +30,16 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
     errors, clients = [], []
 
     def work(my_groups):
-        client = BatcherClient(endpoint, timeout_s=timeout_s, resend_s=resend_s, context=context)
-        clients.append(client)
+        client = None
         try:
+            client = BatcherClient(endpoint, timeout_s=timeout_s, resend_s=resend_s, context=context)
+            clients.append(client)
             RemoteStepper(client, my_groups, sink).run()
         except BaseException as e:
             errors.append(e)
         finally:
-            client.close()
+            if client is not None:
+                client.close()
 
     ts = [threading.Thread(target=work, args=(groups[t::threads],)) for t in range(threads)]
     for t in ts:
@@ -44,8 +47,13 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
     for t in ts:
         t.join()
     if errors:
-        raise errors[0]
+        e = errors[0]
+        if isinstance(e, zmq.ZMQError):
+            raise ValueError(f"cannot use batcher endpoint {endpoint!r}: {e.strerror}") from None
+        raise e
     stats = merge_stats([g.stats() for g in groups])
+    if stats["traversals"] != len(ids):
+        raise RuntimeError(f"{stats['traversals']} of {len(ids)} traversals completed")
     stats["resends"] = sum(c.resends for c in clients)
     stats["wire_bytes"] = sum(c.wire_bytes for c in clients)
     return stats
