@@ -21,7 +21,7 @@ test: install       ## run the test suite
 	$(PYTHON) -m pytest -q
 
 train: install      ## the main job
-	$(PYTHON) -m engine.match --games 200
+	$(PYTHON) -m trainer --config configs/smoke.yaml
 
 bench: install      ## engine benchmark
 	$(PYTHON) -m engine.bench
