@@ -480,6 +480,8 @@ def test_sample_boundaries():
     (dict(strategy_interval=-1), "strategy_interval"),
     (dict(value_clip=-1.0), "value_clip"),
     (dict(max_depth=200000), "max_depth"),
+    (dict(rollout_policy="x"), "rollout_policy"),
+    (dict(prefix_max=-1), "prefix_max"),
 ])
 def test_bad_config_raises(kw, field):
     game = game_for("kuhn_poker", {})
