@@ -648,3 +648,21 @@ def test_merge_stats():
     out = merge_stats([a, b])
     assert [out[k] for k in STAT_FIELDS] == [11 * (i + 1) for i in range(len(STAT_FIELDS))]
     assert out["depth_hist"] == [5, 7, 9]
+
+
+def test_max_nodes_counts_only_the_traversal_proper_not_the_root_prefix():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    nets = {0: net_for_game(game, (16, 16), seed=0), 1: net_for_game(game, (16, 16), seed=1)}
+    ids = np.arange(20)
+    runs = {}
+    for max_nodes in (0, 10):
+        cfg = TraverserConfig(algorithm="external", max_depth=4, prefix_max=40, max_nodes=max_nodes,
+                              value_scale=0.01)
+        adv, _, st = run_local(game, cfg, ids, ids % 2, evaluator=LocalEvaluator(nets), machines=8)
+        runs[max_nodes] = (set(adv["traversal"].tolist()), st)
+        ref = ReferenceTraverser(game, cfg, nets)
+        radv, _ = ref.run(ids, ids % 2)
+        assert len(radv) == len(adv) and ref.counter["cutoffs"] == st["cutoffs"]
+    # a long prefix never uses up the node budget: the same traversals write samples
+    assert runs[10][0] == runs[0][0] and len(runs[0][0]) > 10
+    assert runs[10][1]["cutoffs"] > runs[0][1]["cutoffs"]

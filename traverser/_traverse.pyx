@@ -243,7 +243,8 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
         values = m.values + m.depth * L
         finished = False
         if f.stage == ST_ENTER:
-            m.nodes += 1
+            if m.depth >= m.prefix:
+                m.nodes += 1            # max_nodes counts the traversal proper, not its root prefix
             c.stats.nodes += 1
             c.stats.depth_hist[m.depth if m.depth < DEPTH_BINS else DEPTH_BINS - 1] += 1
             if c.gd.is_terminal(c.gd.cfg, m.state):
@@ -410,6 +411,10 @@ cdef void _resume(Core* c, int n) noexcept nogil:
     c.n_requests = 0
 
 
+cdef inline size_t _align8(size_t off) noexcept nogil:
+    return (off + 7) & ~(<size_t>7)
+
+
 # ---------------------------------------------------------------------------
 # Python face
 
@@ -500,7 +505,7 @@ cdef class MachineGroup:
         per_machine = (sizeof(Frame) * D + sizeof(int) * D * L + 2 * sizeof(double) * D * L
                        + <size_t>c.gd.undo_size * (D + 1) + 2 * <size_t>c.gd.state_size)
         # (undo record D is the rollouts' scratch)
-        per_machine = (per_machine + 63) & ~(<size_t>63)
+        per_machine = (per_machine + 6 * 8 + 63) & ~(<size_t>63)      # room for the 8-byte alignment
         self._arena = <char*>calloc(1, sizeof(Machine) * n_machines + per_machine * n_machines + 64)
         if self._arena == NULL:
             raise MemoryError(f"cannot allocate {n_machines} machines of depth {D - 1}")
@@ -508,12 +513,13 @@ cdef class MachineGroup:
         off = (sizeof(Machine) * n_machines + 63) & ~(<size_t>63)
         for i in range(n_machines):
             m = &c.machines[i]
-            m.frames = <Frame*>(self._arena + off); off += sizeof(Frame) * D
-            m.sigma = <double*>(self._arena + off); off += sizeof(double) * D * L
-            m.values = <double*>(self._arena + off); off += sizeof(double) * D * L
-            m.legal = <int*>(self._arena + off); off += sizeof(int) * D * L
-            m.state = self._arena + off; off += c.gd.state_size
-            m.scratch = self._arena + off; off += c.gd.state_size
+            # every piece starts on an 8-byte boundary (states hold uint64 fields)
+            m.frames = <Frame*>(self._arena + off); off = _align8(off + sizeof(Frame) * D)
+            m.sigma = <double*>(self._arena + off); off = _align8(off + sizeof(double) * D * L)
+            m.values = <double*>(self._arena + off); off = _align8(off + sizeof(double) * D * L)
+            m.legal = <int*>(self._arena + off); off = _align8(off + sizeof(int) * D * L)
+            m.state = self._arena + off; off = _align8(off + c.gd.state_size)
+            m.scratch = self._arena + off; off = _align8(off + c.gd.state_size)
             m.undo = self._arena + off; off += c.gd.undo_size * (D + 1)
             off = (off + 63) & ~(<size_t>63)
             m.status = M_DONE

@@ -129,7 +129,8 @@ class ReferenceTraverser:
         return total / self.cfg.rollouts * scale
 
     def _traverse(self, state, depth, reach):
-        self.nodes += 1
+        if depth >= self.prefix:
+            self.nodes += 1          # max_nodes counts the traversal proper, not its root prefix
         self.counter["nodes"] += 1
         if state.is_terminal():
             self.counter["terminals"] += 1

@@ -1,0 +1,25 @@
+"""`python -m batcher.ping ENDPOINT [--timeout S]`: exit 0 if the batcher at
+ENDPOINT answers a ping (used by the compose healthcheck), else print why and
+exit 1."""
+import argparse
+import sys
+
+from batcher.client import BatcherTimeout, wait_for_batcher
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m batcher.ping", description=__doc__)
+    ap.add_argument("endpoint")
+    ap.add_argument("--timeout", type=float, default=5.0)
+    args = ap.parse_args(argv)
+    try:
+        pong = wait_for_batcher(args.endpoint, timeout_s=args.timeout)
+    except BatcherTimeout:
+        print(f"no answer from the batcher at {args.endpoint} within {args.timeout:g} s", file=sys.stderr)
+        return 1
+    print(f"batcher at {args.endpoint}: pid {pong.get('pid')}, models {pong.get('models')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
