@@ -38,6 +38,9 @@ def build_parser():
                     help="game parameter for --init-game (repeatable), e.g. colours=6")
     ap.add_argument("--hidden", type=int, nargs="+", default=[512, 512, 512],
                     help="hidden layer widths for --init-game")
+    ap.add_argument("--curve-keys", default="", metavar="DIR",
+                    help="CURVE authentication with the keys in DIR (python -m batcher.keys DIR): "
+                         "only clients holding DIR/client.key_secret can connect")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return ap
 
@@ -61,7 +64,8 @@ def main(argv=None):
     opts = BatcherOptions(bind=args.bind, device=args.device, max_batch=args.max_batch,
                           max_wait_us=args.max_wait_us, autocast=args.autocast,
                           max_message_bytes=int(args.max_message_mb * (1 << 20)),
-                          log_interval_s=args.log_interval, torch_threads=args.torch_threads)
+                          log_interval_s=args.log_interval, torch_threads=args.torch_threads,
+                          curve_keys=args.curve_keys)
     try:
         batcher = Batcher(opts)
         if args.init_game:
@@ -71,7 +75,7 @@ def main(argv=None):
             for model_id in (0, 1, 2):
                 net = net_for_game(game, tuple(args.hidden), seed=model_id)
                 batcher.install(model_id, net, 0, net.spec())
-    except (DeviceError, BindError, ValueError, OSError) as e:
+    except (DeviceError, BindError, ValueError, OSError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     install_signal_handlers(batcher)

@@ -31,7 +31,7 @@ class BatcherTimeout(TimeoutError):
 
 
 class BatcherClient:
-    def __init__(self, endpoint, timeout_s=60.0, resend_s=5.0, context=None):
+    def __init__(self, endpoint, timeout_s=60.0, resend_s=5.0, context=None, curve_keys=""):
         self.endpoint = endpoint
         self.timeout_s = timeout_s
         self.resend_s = resend_s
@@ -42,6 +42,9 @@ class BatcherClient:
         self.sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         self.sock.setsockopt(zmq.SNDHWM, 100000)
         self.sock.setsockopt(zmq.RCVHWM, 100000)
+        if curve_keys:
+            from batcher.keys import secure_client
+            secure_client(self.sock, curve_keys)
         self.sock.connect(endpoint)
         self._ids = itertools.count(1)
         self.in_flight = {}      # id -> [frames, first_sent, last_sent, last_error]
@@ -146,9 +149,9 @@ class BatcherClient:
         return self.call({"type": P.PING})
 
 
-def wait_for_batcher(endpoint, timeout_s=30.0, context=None):
+def wait_for_batcher(endpoint, timeout_s=30.0, context=None, curve_keys=""):
     """Ping until the batcher answers; returns its pong header."""
-    client = BatcherClient(endpoint, timeout_s=timeout_s, resend_s=0.5, context=context)
+    client = BatcherClient(endpoint, timeout_s=timeout_s, resend_s=0.5, context=context, curve_keys=curve_keys)
     try:
         return client.ping()
     finally:

@@ -11,9 +11,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m batcher.ping", description=__doc__)
     ap.add_argument("endpoint")
     ap.add_argument("--timeout", type=float, default=5.0)
+    ap.add_argument("--curve-keys", default="", metavar="DIR")
     args = ap.parse_args(argv)
     try:
-        pong = wait_for_batcher(args.endpoint, timeout_s=args.timeout)
+        pong = wait_for_batcher(args.endpoint, timeout_s=args.timeout, curve_keys=args.curve_keys)
     except BatcherTimeout:
         print(f"no answer from the batcher at {args.endpoint} within {args.timeout:g} s", file=sys.stderr)
         return 1

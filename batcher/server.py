@@ -72,6 +72,8 @@ class BatcherOptions:
     """Seconds between periodic log lines (0 = off)."""
     torch_threads: int = 0
     """torch intra-op threads on CPU (0 = torch's default)."""
+    curve_keys: str = ""
+    """Directory of CURVE keys (python -m batcher.keys): only key holders may connect."""
 
 
 class _Model:
@@ -169,6 +171,9 @@ class Batcher:
         self.sock.setsockopt(zmq.MAXMSGSIZE, 4 * options.max_message_bytes + 4096)
         self.sock.setsockopt(zmq.RCVHWM, 100000)
         self.sock.setsockopt(zmq.SNDHWM, 100000)
+        if options.curve_keys:
+            from batcher.keys import secure_server
+            secure_server(self.sock, options.curve_keys)
         try:
             self.sock.bind(options.bind)
         except zmq.ZMQError as e:

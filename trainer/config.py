@@ -82,6 +82,8 @@ class ServiceSection:
     """Embedded batcher: longest wait after the oldest queued row."""
     max_restarts: int = 3
     """Restarts allowed per local child before the run stops with an error."""
+    curve_keys: str = ""
+    """Directory of CURVE keys (python -m batcher.keys DIR): authenticate batcher, jobs and workers."""
     heartbeat_timeout_s: float = 60.0
     """A worker silent this long while holding a job is presumed dead; its job is handed out again."""
 

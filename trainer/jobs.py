@@ -77,10 +77,13 @@ class JobServer:
     all are done; `commit(job, adv, strat)` receives each job's samples in
     job order."""
 
-    def __init__(self, bind, heartbeat_timeout_s=60.0, context=None):
+    def __init__(self, bind, heartbeat_timeout_s=60.0, context=None, curve_keys=""):
         self.ctx = context or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if curve_keys:
+            from batcher.keys import secure_server
+            secure_server(self.sock, curve_keys)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         if bind.endswith(":0"):

@@ -91,16 +91,17 @@ class LocalServices:
         if not self.svc.batcher:
             cmd = [py, "-m", "batcher", "--bind", self.batcher_endpoint, "--device", self.svc.batcher_device,
                    "--max-batch", str(self.svc.max_batch), "--max-wait-us", str(self.svc.max_wait_us),
-                   "--torch-threads", str(self.svc.batcher_threads), "--log-interval", "30"]
+                   "--torch-threads", str(self.svc.batcher_threads), "--log-interval", "30",
+                   "--curve-keys", self.svc.curve_keys]
             self.batcher = Child("batcher", cmd, self.run_dir / "logs" / "batcher.log").start()
             try:
-                wait_for_batcher(self.batcher_endpoint, timeout_s=60)
+                wait_for_batcher(self.batcher_endpoint, timeout_s=60, curve_keys=self.svc.curve_keys)
             except Exception:
                 raise RuntimeError(f"the batcher did not start:\n{self.batcher.tail()}") from None
         for i in range(self.svc.workers):
             cmd = [py, "-m", "traverser", "--trainer", self.jobs_endpoint, "--batcher", self.batcher_endpoint,
                    "--threads", str(self.svc.worker_threads), "--groups", str(self.svc.groups),
-                   "--machines", str(self.svc.machines)]
+                   "--machines", str(self.svc.machines), "--curve-keys", self.svc.curve_keys]
             self.workers.append(Child(f"worker{i}", cmd, self.run_dir / "logs" / f"worker{i}.log").start())
         return self
 
@@ -120,7 +121,7 @@ class LocalServices:
                 self.on_worker_death(child.proc.pid)
             child.start()
             if child is self.batcher:
-                wait_for_batcher(self.batcher_endpoint, timeout_s=60)
+                wait_for_batcher(self.batcher_endpoint, timeout_s=60, curve_keys=self.svc.curve_keys)
                 if self.on_batcher_restart is not None:
                     self.on_batcher_restart()
 

@@ -212,7 +212,7 @@ class Trainer:
     # ---- main
     def run(self):
         cfg = self.cfg
-        server = JobServer(cfg.service.jobs_bind, cfg.service.heartbeat_timeout_s)
+        server = JobServer(cfg.service.jobs_bind, cfg.service.heartbeat_timeout_s, curve_keys=cfg.service.curve_keys)
         services = None
         client = None
         metrics_f = open(self.run_dir / "metrics.jsonl", "a")
@@ -229,7 +229,7 @@ class Trainer:
             services = LocalServices(cfg, self.run_dir, server.endpoint, log=self.log)
             services.on_worker_death = server.worker_died
             services.start()
-            client = BatcherClient(services.batcher_endpoint, timeout_s=120)
+            client = BatcherClient(services.batcher_endpoint, timeout_s=120, curve_keys=cfg.service.curve_keys)
             services.on_batcher_restart = lambda: self._push_all(client)
             self._push_all(client)
             self.log(f"run dir {self.run_dir}; batcher {services.batcher_endpoint}; jobs {server.endpoint}; "

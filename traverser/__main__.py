@@ -55,6 +55,8 @@ def main(argv=None):
     ap.add_argument("--machines", type=int, default=256, help="machines per group")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds without a batcher reply before giving up")
     ap.add_argument("--out", default=None, help="write samples to this .npz")
+    ap.add_argument("--curve-keys", default="", metavar="DIR",
+                    help="CURVE keys (python -m batcher.keys DIR) for the batcher and the trainer")
     add_traverser_args(ap)
     args = ap.parse_args(argv)
     from batcher.__main__ import parse_params
@@ -62,7 +64,7 @@ def main(argv=None):
         from traverser.jobworker import serve_jobs
         try:
             return serve_jobs(args.trainer, args.batcher, threads=args.threads, groups=args.groups,
-                              machines=args.machines, timeout_s=args.timeout)
+                              machines=args.machines, timeout_s=args.timeout, curve_keys=args.curve_keys)
         except KeyboardInterrupt:
             return 130
         except (BatcherError, BatcherTimeout) as e:
@@ -86,7 +88,7 @@ def main(argv=None):
     try:
         stats = run_remote(game, cfg, args.batcher, ids, ids % 2, args.iteration, args.seed, float(args.iteration),
                            sink, groups_per_thread=args.groups, machines=args.machines, threads=args.threads,
-                           timeout_s=args.timeout)
+                           timeout_s=args.timeout, curve_keys=args.curve_keys)
     except (BatcherError, BatcherTimeout, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

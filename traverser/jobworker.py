@@ -26,10 +26,13 @@ def _chunk_arrays(chunk):
 
 
 def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines=128, timeout_s=60.0,
-               log=print, context=None):
+               log=print, context=None, curve_keys=""):
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 2000)
+    if curve_keys:
+        from batcher.keys import secure_client
+        secure_client(sock, curve_keys)
     sock.connect(trainer_endpoint)
     parent = os.getppid()
     games = {}
@@ -63,12 +66,13 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
             game = games[key]
             tcfg = header["traversal"]
             cfg = TraverserConfig(**{**tcfg, "model_ids": tuple(tcfg.get("model_ids", (0, 1)))})
-            _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, machines, timeout_s, ctx)
+            _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, machines, timeout_s, ctx,
+                     curve_keys)
     finally:
         sock.close()
 
 
-def _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, machines, timeout_s, ctx):
+def _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, machines, timeout_s, ctx, curve_keys):
     job_id = header["job"]
     chunks = queue.Queue()
     holder, errors = {}, []
@@ -80,7 +84,8 @@ def _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, ma
         try:
             run_remote(game, cfg, batcher_endpoint, ids, header["traverser"], header["iteration"], header["seed"],
                        header["weight"], sink, groups_per_thread=groups, machines=machines, threads=threads,
-                       timeout_s=timeout_s, context=ctx, on_groups=lambda g: holder.setdefault("groups", g))
+                       timeout_s=timeout_s, context=ctx, on_groups=lambda g: holder.setdefault("groups", g),
+                       curve_keys=curve_keys)
         except BaseException as e:
             errors.append(e)
 

@@ -14,7 +14,7 @@ from traverser.remote import RemoteStepper
 
 def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run_seed, weight, sink,
                groups_per_thread=4, machines=256, threads=1, capacity=4096, timeout_s=60.0, resend_s=5.0,
-               context=None, on_groups=None):
+               context=None, on_groups=None, curve_keys=""):
     """Run traversals against the batcher at `endpoint`; drained chunks go to
     sink(adv, strat) (from the stepping threads). Returns merged stats."""
     ids = np.asarray(traversal_ids, dtype=np.int64)
@@ -32,7 +32,8 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
     def work(my_groups):
         client = None
         try:
-            client = BatcherClient(endpoint, timeout_s=timeout_s, resend_s=resend_s, context=context)
+            client = BatcherClient(endpoint, timeout_s=timeout_s, resend_s=resend_s, context=context,
+                                   curve_keys=curve_keys)
             clients.append(client)
             RemoteStepper(client, my_groups, sink).run()
         except BaseException as e:
