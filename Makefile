@@ -2,7 +2,7 @@
 PYTHON ?= python3
 export PYTHON
 
-.PHONY: install build debug annotate test train bench clean
+.PHONY: install build debug annotate check-nogil test train bench clean
 
 install:            ## install deps + editable package, build extensions
 	bash scripts/install.sh
@@ -16,6 +16,9 @@ debug:              ## rebuild everything with bounds checks on (-O0 -g)
 annotate:           ## write `cython -a` HTML for every extension (engine/*.html, traverser/*.html)
 	DEEPCFR_ANNOTATE=1 $(PYTHON) setup.py -q build_ext --inplace --force
 	@ls engine/*.html traverser/*.html 2>/dev/null || true
+
+check-nogil: annotate  ## fail if any nogil function has a Python-touching line (cython -a)
+	$(PYTHON) scripts/check_nogil.py
 
 test: install       ## run the test suite
 	$(PYTHON) -m pytest -q

@@ -37,4 +37,5 @@ for pkg in packages:
         ))
 
 setup(ext_modules=cythonize(extensions, compiler_directives=directives,
-                            annotate=ANNOTATE, nthreads=os.cpu_count() or 1))
+                            annotate=ANNOTATE, force=ANNOTATE or DEBUG,
+                            nthreads=os.cpu_count() or 1))
