@@ -3,7 +3,8 @@
 The trainer binds a ROUTER socket; each worker connects a DEALER and says
 `hello` (with its pid), then `ready`. The trainer answers `ready` with a
 `job` (iteration, traversal ids, traverser, seeds, the game and traversal
-config) or `idle` (ask again later). While it runs a job the worker streams
+config) as soon as it has one (it holds the request until then; the worker
+repeats `ready` every second). While it runs a job the worker streams
 `samples` chunks (raw column frames) and `heartbeat`s with its progress, and
 ends with `done` (row counts). The trainer stages a job's samples and commits
 them to the memories only at `done`, in job order; a job whose worker dies
@@ -22,8 +23,8 @@ import zmq
 
 from batcher import protocol as P
 
-HELLO, READY, JOB, IDLE, SAMPLES, HEARTBEAT, DONE, STOP, FAILED = (
-    "hello", "ready", "job", "idle", "samples", "heartbeat", "done", "stop", "failed")
+HELLO, READY, JOB, SAMPLES, HEARTBEAT, DONE, STOP, FAILED = (
+    "hello", "ready", "job", "samples", "heartbeat", "done", "stop", "failed")
 
 ARRAY_DTYPES = {"uint8", "int8", "int32", "int64", "float16", "float32"}
 
@@ -98,6 +99,7 @@ class JobServer:
             self.endpoint = bind
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.workers = {}          # identity -> {"pid": int, "last": time, "job": Job or None}
+        self.waiting = collections.OrderedDict()   # identities whose `ready` awaits a job
         self.requeued = 0
         self.dropped_rows = 0
         self.failures = []
@@ -121,6 +123,7 @@ class JobServer:
                 self._requeue_worker(ident, f"worker pid {pid} exited")
 
     def _requeue_worker(self, ident, why):
+        self.waiting.pop(ident, None)
         w = self.workers.pop(ident, None)
         if w is None or w["job"] is None:
             return
@@ -132,6 +135,7 @@ class JobServer:
         job.progress = 0
         self._pending.appendleft(job)
         self.requeued += 1
+        self._dispatch()
         self._log(f"job {job.job_id} handed out again ({why}; {rows} partial sample rows dropped)")
 
     def _log(self, msg):
@@ -145,6 +149,8 @@ class JobServer:
         traversals newly completed."""
         self.log = log
         self._pending = collections.deque(jobs)
+        self._job_config = job_config
+        self._dispatch()
         by_id = {j.job_id: j for j in jobs}
         done, next_commit = {}, 0
         order = [j.job_id for j in jobs]
@@ -190,20 +196,9 @@ class JobServer:
         if kind == HELLO:
             w["pid"] = header.get("pid")
         elif kind == READY:
-            if w["job"] is not None:
-                return
-            if self._pending:
-                job = self._pending.popleft()
-                job.attempt += 1
-                job.worker = ident
-                job.assigned_at = time.monotonic()
-                w["job"] = job
-                meta, frames_out = pack_arrays({"ids": np.asarray(job.ids, dtype=np.int64)})
-                self._send(ident, {"type": JOB, "job": job.job_id, "iteration": job.iteration,
-                                   "traverser": job.traverser, "weight": job.weight, "arrays": meta,
-                                   **job_config}, *frames_out)
-            else:
-                self._send(ident, {"type": IDLE})
+            if w["job"] is None:
+                self.waiting[ident] = True
+                self._dispatch()
         elif kind in (SAMPLES, HEARTBEAT, DONE, FAILED):
             job = w["job"]
             if job is None or header.get("job") != job.job_id:
@@ -230,9 +225,30 @@ class JobServer:
                     progress(len(job.ids) - job.progress)
                 w["job"] = None
                 done[job.job_id] = job
+                self.waiting[ident] = True      # a worker that finished is ready for more
+                self._dispatch()
             elif kind == FAILED:
                 self.failures.append(f"pid {w['pid']}: {header.get('error')}")
                 self._requeue_worker(ident, "worker reported a failure")
+
+    def _dispatch(self):
+        """Give pending jobs to workers waiting for one."""
+        pending = getattr(self, "_pending", None)
+        while pending and self.waiting:
+            ident, _ = self.waiting.popitem(last=False)
+            w = self.workers.get(ident)
+            if w is None or w["job"] is not None:
+                continue
+            job = pending.popleft()
+            job.attempt += 1
+            job.worker = ident
+            job.assigned_at = time.monotonic()
+            w["job"] = job
+            w["last"] = time.monotonic()
+            meta, frames_out = pack_arrays({"ids": np.asarray(job.ids, dtype=np.int64)})
+            self._send(ident, {"type": JOB, "job": job.job_id, "iteration": job.iteration,
+                               "traverser": job.traverser, "weight": job.weight, "arrays": meta,
+                               **self._job_config}, *frames_out)
 
     def stop_workers(self, wait_s=2.0):
         """Tell every known worker to exit."""

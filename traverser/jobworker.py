@@ -14,7 +14,7 @@ import zmq
 
 import engine
 from batcher import protocol as P
-from trainer.jobs import DONE, FAILED, HEARTBEAT, HELLO, IDLE, JOB, READY, SAMPLES, STOP, pack_arrays, unpack_arrays
+from trainer.jobs import DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPLES, STOP, pack_arrays, unpack_arrays
 from traverser.config import TraverserConfig
 from traverser.worker import run_remote
 
@@ -48,15 +48,12 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
                 return 0
             send({"type": READY, "pid": os.getpid()})
             if not sock.poll(1000):
-                continue
+                continue                # the trainer holds READY until it has a job; ask again
             frames = sock.recv_multipart(copy=False)
             header = P.unpack_header(frames[0].buffer)
             kind = header["type"]
             if kind == STOP:
                 return 0
-            if kind == IDLE:
-                time.sleep(0.2)
-                continue
             if kind != JOB:
                 continue
             ids = unpack_arrays(header["arrays"], [f.buffer for f in frames[1:]])["ids"].copy()
@@ -88,17 +85,22 @@ def _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, ma
                        curve_keys=curve_keys)
         except BaseException as e:
             errors.append(e)
+        finally:
+            chunks.put(None)            # wakes the sender at once
 
     t = threading.Thread(target=work, daemon=True)
     t.start()
     counts = [0, 0]
     last_beat = 0.0
-    while t.is_alive() or not chunks.empty():
+    while True:
         try:
-            adv, strat = chunks.get(timeout=0.5)
+            item = chunks.get(timeout=0.5)
         except queue.Empty:
-            adv = strat = None
-        if adv is not None:
+            item = ()
+        if item is None:
+            break
+        if item:
+            adv, strat = item
             for kind, chunk, i in (("adv", adv, 0), ("strat", strat, 1)):
                 if len(chunk["weight"]):
                     meta, frames = pack_arrays(_chunk_arrays(chunk))
