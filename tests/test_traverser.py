@@ -666,3 +666,20 @@ def test_max_nodes_counts_only_the_traversal_proper_not_the_root_prefix():
     # a long prefix never uses up the node budget: the same traversals write samples
     assert runs[10][0] == runs[0][0] and len(runs[0][0]) > 10
     assert runs[10][1]["nodes"] < runs[0][1]["nodes"]     # the budget did prune
+
+
+def test_local_evaluator_bf16_autocast_is_close_and_validated():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    nets = {0: net_for_game(game, (32, 32), seed=0), 1: net_for_game(game, (32, 32), seed=1)}
+    cfg = TraverserConfig(algorithm="outcome", value_scale=0.01)
+    outs = {}
+    for mode in ("none", "bf16"):
+        grp = MachineGroup(game, cfg, n_machines=16)
+        grp.start(np.arange(16), 0, 1, 5)
+        n = grp.step()
+        LocalEvaluator(nets, autocast=mode)(grp, n)
+        outs[mode] = grp.advantages[:n].copy()
+    assert not np.array_equal(outs["none"], outs["bf16"])            # really ran in bf16
+    np.testing.assert_allclose(outs["none"], outs["bf16"], rtol=0.1, atol=0.05)
+    with pytest.raises(ValueError, match="autocast must be"):
+        LocalEvaluator(nets, autocast="int4")

@@ -92,6 +92,7 @@ class LocalServices:
             cmd = [py, "-m", "batcher", "--bind", self.batcher_endpoint, "--device", self.svc.batcher_device,
                    "--max-batch", str(self.svc.max_batch), "--max-wait-us", str(self.svc.max_wait_us),
                    "--torch-threads", str(self.svc.batcher_threads), "--log-interval", "30",
+                   "--autocast", self.svc.autocast,
                    "--curve-keys", self.svc.curve_keys]
             self.batcher = Child("batcher", cmd, self.run_dir / "logs" / "batcher.log").start()
             try:

@@ -5,7 +5,8 @@ sampling, same MLP), in one run on one core (torch uses 1 thread):
   (a) the recursive reference, one forward per node at batch 1 (the "before");
   (b) the state machines with the local evaluator (batched forwards);
   (c) the state machines with the uniform policy (no network: engine-side limit);
-and (b) again with 2 stepping threads, to show how threads scale.
+and (b) again with 2 stepping threads (how threads scale), and with the
+forward under bf16 autocast.
 nodes/s counts every node entered; mean batch = request rows / forwards.
 """
 import argparse
@@ -62,6 +63,13 @@ def bench_game(name, hidden, machines, seconds_scale=1.0, threads=(1, 2)):
                                              "mean_batch": ev.rows / max(ev.forwards, 1),
                                              "nodes": st["nodes"], "seconds": dt}
     out["b_state_machines"] = out["b_state_machines_1thread"]
+    ev = LocalEvaluator(nets, autocast="bf16")
+    t0 = time.perf_counter()
+    _, _, st = run_local(game, cfg, ids, ids % 2, iteration=1, run_seed=1, evaluator=ev, groups=2,
+                         machines=machines // 2, threads=1, sink=_discard)
+    dt = time.perf_counter() - t0
+    out["b_state_machines_bf16"] = {"nodes_per_s": st["nodes"] / dt, "mean_batch": ev.rows / max(ev.forwards, 1),
+                                    "nodes": st["nodes"], "seconds": dt}
     ucfg = TraverserConfig(**{**setup["config"], "uniform_policy": True})
     n_u = 20 * n
     ids = np.arange(n_u)
@@ -71,6 +79,7 @@ def bench_game(name, hidden, machines, seconds_scale=1.0, threads=(1, 2)):
     out["c_uniform_policy"] = {"nodes_per_s": st["nodes"] / dt, "mean_batch": 0.0,
                                "nodes": st["nodes"], "seconds": dt}
     out["ratio_b_over_a"] = out["b_state_machines"]["nodes_per_s"] / out["a_reference_batch1"]["nodes_per_s"]
+    out["ratio_b_bf16_over_a"] = out["b_state_machines_bf16"]["nodes_per_s"] / out["a_reference_batch1"]["nodes_per_s"]
     return out
 
 
@@ -92,8 +101,9 @@ def main(argv=None):
                   f"(b) machines {r['b_state_machines']['nodes_per_s']:,.0f} nodes/s "
                   f"(mean batch {r['b_state_machines']['mean_batch']:.0f}; 2 threads "
                   f"{r['b_state_machines_2thread']['nodes_per_s']:,.0f}) | "
+                  f"(b, bf16 autocast) {r['b_state_machines_bf16']['nodes_per_s']:,.0f} nodes/s | "
                   f"(c) uniform {r['c_uniform_policy']['nodes_per_s']:,.0f} nodes/s | "
-                  f"b/a = {r['ratio_b_over_a']:.1f}x", flush=True)
+                  f"b/a = {r['ratio_b_over_a']:.1f}x, bf16 b/a = {r['ratio_b_bf16_over_a']:.1f}x", flush=True)
     if args.json:
         json.dump({"traverser": results, "torch_threads": 1}, sys.stdout, indent=1)
         print()

@@ -15,12 +15,16 @@ class LocalEvaluator:
     """Answers a group's requests with one batched forward per model present.
 
     models: {model_id: torch.nn.Module}. Rows asking for an unknown model
-    raise KeyError naming it.
+    raise KeyError naming it. autocast: "none", "bf16" or "fp16" runs the
+    forward in that precision (bf16 is about 3x faster on CPUs with AVX512-BF16).
     """
 
-    def __init__(self, models, device="cpu"):
+    def __init__(self, models, device="cpu", autocast="none"):
         self.device = torch.device(device)
         self.models = {int(k): m.to(self.device).eval() for k, m in models.items()}
+        if autocast not in ("none", "bf16", "fp16"):
+            raise ValueError(f"autocast must be none, bf16 or fp16, got {autocast!r}")
+        self.autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(autocast)
         self.forwards = 0
         self.rows = 0
 
@@ -47,7 +51,11 @@ class LocalEvaluator:
             model = self.models[model_id]
         except KeyError:
             raise KeyError(f"no model {model_id} loaded (have {sorted(self.models)})") from None
-        return model(x.to(self.device, non_blocking=True)).float().cpu()
+        x = x.to(self.device, non_blocking=True)
+        if self.autocast is not None:
+            with torch.autocast(self.device.type, dtype=self.autocast):
+                return model(x).float().cpu()
+        return model(x).float().cpu()
 
 
 def _concat(parts, empty):
