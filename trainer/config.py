@@ -44,6 +44,8 @@ class TrainSection:
     """Reservoir capacity of the strategy memory (rows)."""
     reinit_advantage: bool = True
     """Re-initialise the advantage net before each training (else warm-start)."""
+    strategy_lr_decay: bool = True
+    """Cosine-anneal the learning rate to 0 within each strategy-net training (less SGD noise in the average policy)."""
     strategy_every: int = 10
     """Train the strategy net every n iterations (and at evaluations and the end)."""
     device: str = "auto"

@@ -31,14 +31,22 @@ def strategy_loss(net, info, target, mask, weight):
     return (weight * ce).mean()
 
 
-def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, grad_clip=1.0, progress=None):
+def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, grad_clip=1.0, progress=None,
+              cosine_decay=False):
     """`steps` Adam steps on minibatches from `memory`; returns the mean loss
-    of the last tenth of the steps (or None if the memory is empty)."""
+    of the last tenth of the steps (or None if the memory is empty). With
+    cosine_decay the learning rate falls from its set value to 0 over the
+    steps (and is restored afterwards)."""
     if memory.size == 0 or steps == 0:
         return None
     net.train()
     losses = []
-    for _ in range(steps):
+    base_lrs = [g["lr"] for g in optimizer.param_groups]
+    for step in range(steps):
+        if cosine_decay:
+            factor = 0.5 * (1.0 + np.cos(np.pi * step / steps))
+            for g, lr in zip(optimizer.param_groups, base_lrs):
+                g["lr"] = lr * factor
         info, target, mask, weight = _batch_tensors(memory.sample(batch_size, rng), device)
         loss = loss_fn(net, info, target, mask, weight)
         optimizer.zero_grad(set_to_none=True)
@@ -49,6 +57,8 @@ def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, g
         losses.append(loss.item())
         if progress is not None:
             progress.update(1)
+    for g, lr in zip(optimizer.param_groups, base_lrs):
+        g["lr"] = lr
     net.eval()
     tail = losses[-max(1, len(losses) // 10):]
     return float(np.mean(tail))

@@ -165,7 +165,7 @@ class Trainer:
         bar = self._bar(total=self.cfg.train.strategy_steps, desc=f"iter {t} train strategy", unit="step")
         loss = train_net(self.nets["strategy"], self.strat_mem, self.cfg.train.strategy_steps,
                          self.cfg.train.batch_size, self.optimizers["strategy"], self.device, self.np_rng,
-                         strategy_loss, self.cfg.train.grad_clip, bar)
+                         strategy_loss, self.cfg.train.grad_clip, bar, cosine_decay=self.cfg.train.strategy_lr_decay)
         if bar:
             bar.close()
         return loss
