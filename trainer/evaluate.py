@@ -240,12 +240,10 @@ def openspiel_exploitability(game_name, net):
 # Lost Cities: batched matches against the bots
 
 def _make_opponent(kind, game, seed):
-    from engine.bots import HeuristicBot, RandomBot
-    if kind == "random":
-        return RandomBot(seed)
-    if kind == "heuristic":
-        return HeuristicBot(game)
-    raise ValueError(f"unknown opponent {kind!r}; known: {', '.join(OPPONENTS)}")
+    from engine.match import make_bot
+    if kind not in OPPONENTS:
+        raise ValueError(f"unknown opponent {kind!r}; known: {', '.join(OPPONENTS)}")
+    return make_bot(kind, game, seed)
 
 
 def _sample(probs, rng, greedy):

@@ -223,10 +223,18 @@ cdef void _write_common(Core* c, SampleBuf* b, int64_t row, Machine* m, Frame* f
     m.seq += 1
 
 
+cdef inline void _descend(Core* c, Machine* m, int action, double reach) noexcept nogil:
+    """Apply `action` at the current frame (undo record kept there) and enter the child."""
+    cdef Frame* child = &m.frames[m.depth + 1]
+    child.stage = ST_ENTER
+    child.reach = reach
+    c.gd.apply_action(c.gd.cfg, m.state, action, m.undo + m.depth * c.gd.undo_size)
+    m.depth += 1
+
+
 cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
     """Advance m until it parks, blocks or finishes its traversal queue."""
     cdef Frame* f
-    cdef Frame* child
     cdef int* legal
     cdef double* sigma
     cdef double* values
@@ -263,11 +271,7 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
                     c.stats.forced += 1
                     f.chosen = 0
                     f.stage = ST_CHILD_PASS
-                    child = &m.frames[m.depth + 1]
-                    child.stage = ST_ENTER
-                    child.reach = f.reach
-                    c.gd.apply_action(c.gd.cfg, m.state, legal[0], m.undo + m.depth * c.gd.undo_size)
-                    m.depth += 1
+                    _descend(c, m, legal[0], f.reach)
                     continue
                 if c.params.uniform_policy:
                     for i in range(f.n_legal):
@@ -293,11 +297,7 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
                 else:
                     f.chosen = _sample_explore(sigma, f.n_legal, c.params.epsilon, rng_double(&m.rng), &q)
                     f.stage = ST_CHILD_OS
-                    child = &m.frames[m.depth + 1]
-                    child.stage = ST_ENTER
-                    child.reach = f.reach * q
-                    c.gd.apply_action(c.gd.cfg, m.state, legal[f.chosen], m.undo + m.depth * c.gd.undo_size)
-                    m.depth += 1
+                    _descend(c, m, legal[f.chosen], f.reach * q)
             else:
                 m.opp_nodes += 1
                 if c.params.strategy_interval > 0 and m.opp_nodes % c.params.strategy_interval == 0:
@@ -316,19 +316,11 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
         elif f.stage == ST_SAMPLE_OPP:
             f.chosen = _sample(sigma, f.n_legal, rng_double(&m.rng))
             f.stage = ST_CHILD_PASS
-            child = &m.frames[m.depth + 1]
-            child.stage = ST_ENTER
-            child.reach = f.reach
-            c.gd.apply_action(c.gd.cfg, m.state, legal[f.chosen], m.undo + m.depth * c.gd.undo_size)
-            m.depth += 1
+            _descend(c, m, legal[f.chosen], f.reach)
         elif f.stage == ST_EXPAND:
             if f.next_child < f.n_legal:
                 f.stage = ST_CHILD_ES
-                child = &m.frames[m.depth + 1]
-                child.stage = ST_ENTER
-                child.reach = f.reach
-                c.gd.apply_action(c.gd.cfg, m.state, legal[f.next_child], m.undo + m.depth * c.gd.undo_size)
-                m.depth += 1
+                _descend(c, m, legal[f.next_child], f.reach)
             else:
                 f.stage = ST_WRITE_ADV
         elif f.stage == ST_CHILD_ES:
