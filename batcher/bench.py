@@ -89,10 +89,13 @@ def saturate(endpoint, rows, in_flight, seconds):
     return done_rows / dt, float(np.percentile(lat_us, 50)), float(np.percentile(lat_us, 99)), stats
 
 
-def raw_forward_rows_per_s(net, rows, batch, seconds, device):
+def raw_forward_rows_per_s(net, rows, batch, seconds, device, autocast="none"):
+    import contextlib
     x = torch.from_numpy(np.resize(rows, (batch, rows.shape[1])).astype(np.float32)).to(device)
     net = net.to(device).eval()
-    with torch.inference_mode():
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(autocast)
+    ctx = torch.autocast(torch.device(device).type, dtype=dtype) if dtype else contextlib.nullcontext()
+    with torch.inference_mode(), ctx:
         for _ in range(3):
             net(x)
         n, t0 = 0, time.perf_counter()
@@ -135,20 +138,24 @@ def main(argv=None):
     ap.add_argument("--groups", type=int, default=4)
     ap.add_argument("--machines", type=int, default=128)
     ap.add_argument("--torch-threads", type=int, default=1, help="batcher torch threads on CPU")
+    ap.add_argument("--reference-traversals", type=int, default=24, help="recursive batch-1 traversals in (c)")
     ap.add_argument("--max-batch", type=int, default=2048)
+    ap.add_argument("--autocast", default="none", choices=["none", "bf16", "fp16"],
+                    help="the batcher's forward precision (the raw forward in (a) uses the same)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.torch_threads)
     game = engine.load_game("lost_cities")
     rows = sample_rows(game, args.request_rows)
-    out = {"device": args.device, "hidden": args.hidden, "cpu_count": os.cpu_count()}
+    out = {"device": args.device, "hidden": args.hidden, "cpu_count": os.cpu_count(), "autocast": args.autocast}
 
-    proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.torch_threads)
+    proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.torch_threads,
+                                   extra=("--autocast", args.autocast))
     try:
         rps, p50, p99, stats = saturate(endpoint, rows, args.in_flight, args.seconds)
         batch = int(round(stats["mean_batch"]))
         device = "cuda" if args.device in ("cuda", "auto") and torch.cuda.is_available() else "cpu"
         raw = raw_forward_rows_per_s(net_for_game(game, tuple(args.hidden), seed=0), rows, batch,
-                                     args.seconds / 2, device)
+                                     args.seconds / 2, device, args.autocast)
         out["a_service_rows_per_s"] = rps
         out["a_raw_forward_rows_per_s"] = raw
         out["a_mean_batch"] = stats["mean_batch"]
@@ -159,7 +166,7 @@ def main(argv=None):
         ref_game_cfg = TraverserConfig(**LC_CONFIG)
         nets = {0: net_for_game(game, tuple(args.hidden), seed=0), 1: net_for_game(game, tuple(args.hidden), seed=1)}
         ref = ReferenceTraverser(game, ref_game_cfg, nets)
-        ids = np.arange(4)
+        ids = np.arange(args.reference_traversals)
         t0 = time.perf_counter()
         ref.run(ids, ids % 2)
         ref_rate = ref.counter["nodes"] / (time.perf_counter() - t0)
