@@ -64,10 +64,19 @@ class BatcherClient:
         frames = P.pack({"type": P.INFER, "id": req_id, "model": int(model_id),
                          **P.array_header("rows", wire)}, wire)
         now = time.monotonic()
-        self.in_flight[req_id] = [frames, now, now, None]
+        self.in_flight[req_id] = [frames, now, now if self._try_send(frames) else 0.0, None]
         self.wire_bytes += wire.nbytes
-        self.sock.send_multipart(frames, copy=False)
         return req_id
+
+    def _try_send(self, frames):
+        """Send without blocking. With no batcher connected (down, restarting,
+        or refusing our CURVE key) ZeroMQ cannot take the message; it stays in
+        flight and goes out with the next resend, until timeout_s."""
+        try:
+            self.sock.send_multipart(frames, copy=False, flags=zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
 
     def poll(self, timeout_ms):
         """Replies that arrived within timeout_ms: a list of (id, header, array).
@@ -121,17 +130,16 @@ class BatcherClient:
                 raise BatcherTimeout(f"no reply from the batcher at {self.endpoint} for {self.timeout_s:.0f} s "
                                      f"({len(self.in_flight)} requests in flight); is it running?")
             if now - last > self.resend_s:
-                self.sock.send_multipart(frames, copy=False)
-                entry[2] = now
-                self.resends += 1
+                if self._try_send(frames):
+                    entry[2] = now
+                    self.resends += 1
 
     # ---- control (synchronous)
     def call(self, header, *frames):
         req_id = next(self._ids)
         msg = P.pack({**header, "id": req_id}, *frames)
         now = time.monotonic()
-        self.in_flight[req_id] = [msg, now, now, None]
-        self.sock.send_multipart(msg, copy=False)
+        self.in_flight[req_id] = [msg, now, now if self._try_send(msg) else 0.0, None]
         while True:
             for rid, hdr, _ in self.poll(100):
                 if rid == req_id:

@@ -936,5 +936,5 @@ cdef class LostCitiesState(State):
         for p in range(2):
             exps = " ".join("".join(e) or "-" for e in self.expeditions(p))
             lines.append(f"  p{p} hand {' '.join(self.hand(p))} | expeditions {exps}")
-        lines.append("  piles " + " ".join(("".join(pl[-1:]) or "-") for pl in self.piles()))
+        lines.append("  piles " + " ".join((pl[len(pl) - 1] if pl else "-") for pl in self.piles()))
         return "\n".join(lines)
