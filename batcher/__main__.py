@@ -7,7 +7,6 @@ import argparse
 import logging
 import sys
 
-from batcher import protocol as P
 from batcher.server import Batcher, BatcherOptions, BindError, DeviceError, install_signal_handlers
 
 

@@ -105,22 +105,31 @@ def raw_forward_rows_per_s(net, rows, batch, seconds, device, autocast="none"):
         return n * batch / (time.perf_counter() - t0)
 
 
-def worker_run(endpoint, traversals, groups, machines):
-    cmd = [sys.executable, "-m", "traverser", "--batcher", endpoint, "--game", "lost_cities",
+OS_FLAGS = ("--algorithm", "outcome", "--value-scale", "0.01", "--value-clip", "10")
+
+
+def start_workers(endpoint, n, traversals, groups, machines, threads=1, flags=OS_FLAGS):
+    """n `python -m traverser` worker processes against the batcher at endpoint."""
+    cmd = [sys.executable, "-m", "traverser", "--batcher", endpoint, "--game", "lost_cities", "--json",
            "--traversals", str(traversals), "--groups", str(groups), "--machines", str(machines),
-           "--algorithm", "outcome", "--value-scale", "0.01", "--value-clip", "10"]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           "--threads", str(threads), *flags]
+    return [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+
+
+def wait_workers(procs):
+    """Total traversal nodes of finished workers (each prints one JSON stats line)."""
+    nodes = 0
+    for p in procs:
+        out, err = p.communicate(timeout=3600)
+        if p.returncode != 0:
+            raise RuntimeError(f"worker failed: {err[-2000:]}")
+        nodes += json.loads(out.strip().splitlines()[-1])["nodes"]
+    return nodes
 
 
 def end_to_end(endpoint, n_workers, traversals, groups, machines):
     t0 = time.perf_counter()
-    procs = [worker_run(endpoint, traversals, groups, machines) for _ in range(n_workers)]
-    nodes = 0
-    for p in procs:
-        out, err = p.communicate(timeout=1800)
-        if p.returncode != 0:
-            raise RuntimeError(f"worker failed: {err[-2000:]}")
-        nodes += int(out.split(" nodes in ")[0].split(",")[-1].split()[-1])
+    nodes = wait_workers(start_workers(endpoint, n_workers, traversals, groups, machines))
     return nodes / (time.perf_counter() - t0)
 
 

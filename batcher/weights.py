@@ -1,7 +1,6 @@
 """Weights as plain tensors: safetensors bytes plus a JSON-able spec. Never pickle."""
 import json
 
-import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 

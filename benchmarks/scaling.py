@@ -11,14 +11,12 @@ import argparse
 import csv
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from batcher.bench import start_batcher
+from batcher.bench import start_batcher, start_workers, wait_workers
 from batcher.client import BatcherClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,18 +33,9 @@ def traversal_flags():
 def run_point(device, hidden, n_workers, traversals, machines, groups, threads, max_batch, batcher_threads):
     proc, endpoint = start_batcher(device, hidden, max_batch, batcher_threads)
     try:
-        cmd = [sys.executable, "-m", "traverser", "--batcher", endpoint, "--game", "lost_cities",
-               "--traversals", str(traversals), "--machines", str(machines), "--groups", str(groups),
-               "--threads", str(threads), *traversal_flags()]
         t0 = time.perf_counter()
-        workers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                   for _ in range(n_workers)]
-        nodes = 0
-        for w in workers:
-            out, err = w.communicate(timeout=3600)
-            if w.returncode != 0:
-                raise RuntimeError(f"worker failed: {err[-2000:]}")
-            nodes += int(out.split(" nodes in ")[0].split(",")[-1].split()[-1])
+        nodes = wait_workers(start_workers(endpoint, n_workers, traversals, groups, machines, threads,
+                                           traversal_flags()))
         wall = time.perf_counter() - t0
         client = BatcherClient(endpoint, timeout_s=30)
         stats = client.stats()

@@ -2,7 +2,6 @@
 each service's command, read from the compose file, runs as a local process
 (CPU device, tiny config) and the run trains to completion."""
 import json
-import os
 import re
 import shutil
 import socket
@@ -11,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 import engine
-from batcher.client import BatcherClient, BatcherError
+from batcher.client import BatcherClient
 from batcher.networks import MLP
 from trainer import checkpoint as ck
 from trainer.config import config_to_dict

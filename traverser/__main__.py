@@ -60,6 +60,7 @@ def main(argv=None):
     ap.add_argument("--machines", type=int, default=256, help="machines per group")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds without a batcher reply before giving up")
     ap.add_argument("--out", default=None, help="write samples to this .npz")
+    ap.add_argument("--json", action="store_true", help="print the run's stats as one JSON line")
     ap.add_argument("--curve-keys", default="", metavar="DIR",
                     help="CURVE keys (python -m batcher.keys DIR) for the batcher and the trainer")
     add_traverser_args(ap)
@@ -98,9 +99,14 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 1
     dt = time.perf_counter() - t0
-    print(f"{stats['traversals']} traversals, {stats['nodes']} nodes in {dt:.2f} s = {stats['nodes'] / dt:,.0f} nodes/s; "
-          f"{stats['adv_samples']} advantage and {stats['strat_samples']} strategy samples; "
-          f"{stats['queries']} queries, {stats['resends']} resends", flush=True)
+    if args.json:
+        import json
+        print(json.dumps({**{k: v for k, v in stats.items() if k != "depth_hist"}, "seconds": dt}), flush=True)
+    else:
+        print(f"{stats['traversals']} traversals, {stats['nodes']} nodes in {dt:.2f} s = "
+              f"{stats['nodes'] / dt:,.0f} nodes/s; {stats['adv_samples']} advantage and "
+              f"{stats['strat_samples']} strategy samples; {stats['queries']} queries, "
+              f"{stats['resends']} resends", flush=True)
     if args.out:
         cat = lambda parts, k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0)
         np.savez(args.out, **{f"adv_{k}": cat(adv_parts, k) for k in adv_parts[0]},

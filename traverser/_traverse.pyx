@@ -223,6 +223,13 @@ cdef void _write_common(Core* c, SampleBuf* b, int64_t row, Machine* m, Frame* f
     m.seq += 1
 
 
+cdef inline int _block(Core* c, Machine* m) noexcept nogil:
+    """A sample buffer is full: park in place until the next drain."""
+    c.stats.blocked += 1
+    m.status = M_BLOCKED
+    return M_BLOCKED
+
+
 cdef inline void _descend(Core* c, Machine* m, int action, double reach) noexcept nogil:
     """Apply `action` at the current frame (undo record kept there) and enter the child."""
     cdef Frame* child = &m.frames[m.depth + 1]
@@ -307,9 +314,7 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
         elif f.stage == ST_WRITE_STRAT:
             row = _reserve(&c.strat)
             if row < 0:
-                c.stats.blocked += 1
-                m.status = M_BLOCKED
-                return M_BLOCKED
+                return _block(c, m)
             _write_common(c, &c.strat, row, m, f, legal, sigma)
             c.stats.strat_samples += 1
             f.stage = ST_SAMPLE_OPP
@@ -330,9 +335,7 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
         elif f.stage == ST_WRITE_ADV:
             row = _reserve(&c.adv)
             if row < 0:
-                c.stats.blocked += 1
-                m.status = M_BLOCKED
-                return M_BLOCKED
+                return _block(c, m)
             v = 0.0
             for i in range(f.n_legal):
                 v += sigma[i] * values[i]
@@ -345,9 +348,7 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
         elif f.stage == ST_CHILD_OS:
             row = _reserve(&c.adv)
             if row < 0:
-                c.stats.blocked += 1
-                m.status = M_BLOCKED
-                return M_BLOCKED
+                return _block(c, m)
             q = c.params.epsilon / f.n_legal + (1.0 - c.params.epsilon) * sigma[f.chosen]
             cv = m.ret / q
             v = sigma[f.chosen] * cv

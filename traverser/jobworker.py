@@ -9,7 +9,6 @@ import queue
 import threading
 import time
 
-import numpy as np
 import zmq
 
 import engine

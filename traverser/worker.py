@@ -1,7 +1,6 @@
 """A traversal worker: machine groups on K threads, each thread with its own
 batcher client and RemoteStepper (ZeroMQ sockets are per thread)."""
 import threading
-import time
 
 import numpy as np
 import zmq
