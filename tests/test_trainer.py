@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -260,3 +261,16 @@ def test_killed_worker_job_is_redone_exactly_once(tmp_path):
     for p in (0, 1):
         assert same_memory(victim.adv_mem[p], clean.adv_mem[p])
     assert same_memory(victim.strat_mem, clean.strat_mem)
+
+
+def test_job_worker_exits_when_the_trainer_is_unreachable():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "traverser", "--trainer", f"tcp://127.0.0.1:{port}",
+                        "--batcher", "tcp://127.0.0.1:1", "--timeout", "2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "took no message" in r.stderr and f":{port}" in r.stderr
+    assert time.monotonic() - t0 < 30

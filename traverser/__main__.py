@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+import zmq
 
 import engine
 from batcher.client import BatcherError, BatcherTimeout
@@ -75,6 +76,10 @@ def main(argv=None):
             return 130
         except (BatcherError, BatcherTimeout) as e:
             print(f"error: {e}", file=sys.stderr)
+            return 1
+        except zmq.Again:
+            print(f"error: the trainer at {args.trainer} took no message for {args.timeout:g} s; is it running?",
+                  file=sys.stderr)
             return 1
     try:
         game = engine.load_game(args.game, **parse_params(args.game_param))

@@ -29,6 +29,11 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 2000)
+    # a trainer gone for good must not hang the worker: a send that cannot go
+    # out within the timeout raises zmq.Again and the worker exits
+    # (IMMEDIATE: messages queue only on a live connection, so "gone" is seen)
+    sock.setsockopt(zmq.SNDTIMEO, int(timeout_s * 1000))
+    sock.setsockopt(zmq.IMMEDIATE, 1)
     if curve_keys:
         from batcher.keys import secure_client
         secure_client(sock, curve_keys)
