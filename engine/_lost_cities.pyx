@@ -47,9 +47,6 @@ cdef inline void _set_bit(uint64_t* m, int k) noexcept nogil:
 cdef inline void _clear_bit(uint64_t* m, int k) noexcept nogil:
     m[k >> 6] &= ~((<uint64_t>1) << (k & 63))
 
-cdef inline int _action_play(const LCConfig* cfg, int kind) noexcept nogil:
-    return kind
-
 cdef inline void _refresh_playable(const LCConfig* cfg, LCState* s, int p, int c) noexcept nogil:
     # clear colour c's bits, then set those that fit on the current top
     cdef int w

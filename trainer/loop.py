@@ -58,7 +58,7 @@ class Trainer:
         torch.manual_seed(seed)
         random.seed(seed)
         self.np_rng = np.random.default_rng(seed)
-        self.nets = {name: self._new_net(k) for k, name in enumerate(("adv0", "adv1", "strategy"))}
+        self.nets = {name: self._new_net() for name in ("adv0", "adv1", "strategy")}
         self.optimizers = {name: torch.optim.Adam(net.parameters(), lr=cfg.train.lr) for name, net in self.nets.items()}
         self.adv_mem = [ReservoirMemory(cfg.train.adv_memory, T, A, seed=seed * 3 + p + 1) for p in (0, 1)]
         self.strat_mem = ReservoirMemory(cfg.train.strategy_memory, T, A, seed=seed * 3 + 3)
@@ -71,7 +71,7 @@ class Trainer:
         (self.run_dir / "config.json").write_text(json.dumps(config_to_dict(cfg), indent=1))
 
     # ---- setup helpers
-    def _new_net(self, salt):
+    def _new_net(self):
         return MLP(self.game.information_state_tensor_size(), self.game.num_distinct_actions(),
                    tuple(self.cfg.network.hidden), input_scale=self.game.input_scale()).to(self.device)
 
@@ -151,7 +151,7 @@ class Trainer:
         name = f"adv{p}"
         if self.cfg.train.reinit_advantage:
             torch.manual_seed(self.cfg.run.seed * 100003 + t * 2 + p)
-            self.nets[name] = self._new_net(p)
+            self.nets[name] = self._new_net()
             self.optimizers[name] = torch.optim.Adam(self.nets[name].parameters(), lr=self.cfg.train.lr)
         bar = self._bar(total=self.cfg.train.adv_steps, desc=f"iter {t} train adv{p}", unit="step")
         loss = train_net(self.nets[name], self.adv_mem[p], self.cfg.train.adv_steps, self.cfg.train.batch_size,
@@ -240,7 +240,7 @@ class Trainer:
             t = self.start_iteration - 1
             for t in range(self.start_iteration, cfg.train.iterations + 1):
                 m = {"iteration": t}
-                nodes_before = _batcher_nodes(client)
+                rows_before = client.stats()["rows"]
                 for p in (0, 1):
                     t0 = time.monotonic()
                     added = self._traverse(server, services, t, p, job_config)
@@ -254,7 +254,7 @@ class Trainer:
                 m["time_traverse_s"] = m["time_traverse_s_0"] + m["time_traverse_s_1"]
                 m["time_train_s"] = m["time_train_s_0"] + m["time_train_s_1"]
                 bstats = client.stats()
-                m["batcher_rows"] = bstats["rows"] - nodes_before
+                m["batcher_rows"] = bstats["rows"] - rows_before
                 m["queries_per_s"] = m["batcher_rows"] / max(m["time_traverse_s"], 1e-9)
                 m["batcher_mean_batch"] = bstats["mean_batch"]
                 m["batcher_busy_fraction"] = bstats["busy_fraction"]
@@ -307,10 +307,6 @@ def _ordered(chunks):
     cat = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
     order = np.lexsort((cat["seq"], cat["traversal"]))
     return {k: v[order] for k, v in cat.items()}
-
-
-def _batcher_nodes(client):
-    return client.stats()["rows"]
 
 
 def _summary(m):
