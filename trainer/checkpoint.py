@@ -11,7 +11,8 @@ Keys: "format" (1), "config" (the run config as a dict), "iteration" (last
 completed iteration), "nets" ({"adv0", "adv1", "strategy"} -> state dicts),
 "net_spec" (MLP spec), "optimizers" ({name -> state dict}), "rng" (torch,
 numpy and python generator states), "versions" (batcher model versions),
-"counters" (totals for metrics), "memories" (file name or None).
+"counters" (totals for metrics), "memories" (file name or None), and with
+train.average=sdcfr "sdcfr" (the running sums of trainer.sdcfr).
 """
 import os
 from pathlib import Path

@@ -44,6 +44,10 @@ class TrainSection:
     """Reservoir capacity of the strategy memory (rows)."""
     reinit_advantage: bool = True
     """Re-initialise the advantage net before each training (else warm-start)."""
+    average: str = "network"
+    """Average policy: network (Deep CFR's strategy net) or sdcfr (SD-CFR's exact mixture of the advantage nets' policies; Kuhn and Leduc only)."""
+    adv_lr_decay: bool = False
+    """Cosine-anneal the learning rate to 0 within each advantage-net training (a settled net each iteration)."""
     strategy_lr_decay: bool = True
     """Cosine-anneal the learning rate to 0 within each strategy-net training (less SGD noise in the average policy)."""
     strategy_every: int = 10
@@ -251,6 +255,7 @@ def validate(cfg):
         ("train.adv_steps", cfg.train.adv_steps >= 0),
         ("train.strategy_steps", cfg.train.strategy_steps >= 0),
         ("train.strategy_every", cfg.train.strategy_every >= 0),
+        ("train.average", cfg.train.average in ("network", "sdcfr")),
         ("train.device", cfg.train.device in ("auto", "cpu") or cfg.train.device.startswith("cuda")),
         ("network.hidden", len(cfg.network.hidden) >= 1 and all(isinstance(h, int) and h >= 1 for h in cfg.network.hidden)),
         ("service.workers", cfg.service.workers >= 0),
@@ -272,6 +277,9 @@ def validate(cfg):
         if not ok:
             section, key = name.split(".")
             raise ConfigError(f"config {name}: bad value {getattr(getattr(cfg, section), key)!r}")
+    if cfg.train.average == "sdcfr" and cfg.game.name not in ("kuhn_poker", "leduc_poker"):
+        raise ConfigError(f"config train.average: sdcfr needs a game whose info states can be listed "
+                          f"(kuhn_poker, leduc_poker), not {cfg.game.name}; use network")
     if cfg.service.workers == 0 and not cfg.service.batcher:
         raise ConfigError("config service.workers: 0 local workers needs service.batcher (workers started elsewhere)")
 

@@ -1,7 +1,9 @@
-"""Evaluation of a Deep CFR average strategy (the "strategy" net).
+"""Evaluation of a Deep CFR average strategy (the "strategy" net, or the
+SD-CFR average of trainer.sdcfr).
 
     python -m trainer.evaluate CHECKPOINT [--opponent heuristic|random|both]
                                [--games N] [--seed S] [--greedy] [--json]
+                               [--policy auto|network|sdcfr]
 
 Policy convention: the strategy net maps an info-state tensor to one logit per
 action id; the policy at a state is the softmax over the legal actions only
@@ -47,7 +49,10 @@ def policy_probs(net, info, mask):
     legal actions (mask nonzero), illegal actions get exactly 0.
 
     info: float32 [n, T]; mask: bool/uint8/int8 [n, A]. Returns float64 [n, A].
-    One batched forward under torch.inference_mode."""
+    One batched forward under torch.inference_mode. `net` may also be a
+    tabular policy with a `probs(info, mask)` method (trainer.sdcfr)."""
+    if not isinstance(net, torch.nn.Module) and hasattr(net, "probs"):
+        return net.probs(info, mask)
     info = np.asarray(info, dtype=np.float32)
     mask = np.asarray(mask).astype(bool)
     if info.ndim != 2 or mask.ndim != 2 or info.shape[0] != mask.shape[0]:
@@ -413,6 +418,9 @@ def main(argv=None):
     ap.add_argument("--no-openspiel", action="store_true", help="poker: skip OpenSpiel's cross-check")
     ap.add_argument("--progress", action="store_true", help="progress bars for Lost Cities matches")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ap.add_argument("--policy", choices=["auto", "network", "sdcfr"], default="auto",
+                    help="average policy to evaluate: the strategy net, or the SD-CFR sums a "
+                         "train.average=sdcfr checkpoint holds (default auto: sdcfr if present)")
     args = ap.parse_args(argv)
     if args.games < 1:
         ap.error("--games must be at least 1")
@@ -423,20 +431,32 @@ def main(argv=None):
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    use_sdcfr = args.policy == "sdcfr" or (args.policy == "auto" and "sdcfr" in ckpt)
+    if use_sdcfr and "sdcfr" not in ckpt:
+        print(f"error: {ckpt['path']}: --policy sdcfr, but the run was trained with train.average=network "
+              "(no SD-CFR sums in the checkpoint)", file=sys.stderr)
+        return 2
     try:
         game = game_of(ckpt)
-        net = build_net(ckpt, "strategy")
+        if use_sdcfr:
+            from trainer.sdcfr import TabularAverage
+            net = TabularAverage(game)
+            net.load_state_dict(ckpt["sdcfr"])
+        else:
+            net = build_net(ckpt, "strategy")
     except (KeyError, ValueError, RuntimeError) as e:
-        print(f"error: {ckpt['path']}: cannot rebuild game/strategy net: {e!r}", file=sys.stderr)
+        print(f"error: {ckpt['path']}: cannot rebuild game/average policy: {e!r}", file=sys.stderr)
         return 2
     opponents = OPPONENTS if args.opponent == "both" else (args.opponent,)
     metrics = evaluate(game, net, lc_games=args.games, opponents=opponents, seed=args.seed,
                        openspiel=not args.no_openspiel, greedy=args.greedy, progress=args.progress)
     if args.json:
         print(json.dumps(_jsonable({"checkpoint": ckpt["path"], "iteration": ckpt.get("iteration"),
-                                    "game": game.name, **metrics})))
+                                    "game": game.name, "policy": "sdcfr" if use_sdcfr else "network",
+                                    **metrics})))
     else:
-        print(f"{ckpt['path']}  (game {game.name}, iteration {ckpt.get('iteration')})")
+        print(f"{ckpt['path']}  (game {game.name}, iteration {ckpt.get('iteration')}, "
+              f"policy {'sdcfr' if use_sdcfr else 'network'})")
         print(format_table(metrics))
     return 0
 

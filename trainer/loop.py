@@ -5,8 +5,10 @@ the samples into the reservoir memories (a job at a time, in job order),
 train p's advantage net on its memory (LCFR-weighted MSE; re-initialised or
 warm-started), push it to the batcher with a new version. Every
 train.strategy_every iterations, at evaluations and at the end, train the
-strategy net (the average policy) on the strategy memory. Evaluate,
-checkpoint, and write one metrics line per iteration.
+strategy net (the average policy) on the strategy memory. With
+train.average: sdcfr the average policy is instead SD-CFR's exact mixture of
+the advantage nets' policies (trainer.sdcfr), added to before each traversal
+phase. Evaluate, checkpoint, and write one metrics line per iteration.
 """
 import json
 import math
@@ -64,6 +66,10 @@ class Trainer:
         self.strat_mem = ReservoirMemory(cfg.train.strategy_memory, T, A, seed=seed * 3 + 3)
         self.versions = {0: 0, 1: 0}
         self.start_iteration = 1
+        self.sdcfr = None
+        if cfg.train.average == "sdcfr":
+            from trainer.sdcfr import TabularAverage
+            self.sdcfr = TabularAverage(self.game, cfg.traversal.fallback)
         self.counters = {"nodes": 0, "traversals": 0, "requeued_jobs": 0, "dropped_rows": 0}
         self.losses = {}
         if resume is not None:
@@ -88,6 +94,10 @@ class Trainer:
         self.versions = {int(k): int(v) for k, v in ckpt["versions"].items()}
         self.counters = dict(ckpt["counters"])
         self.start_iteration = int(ckpt["iteration"]) + 1
+        if self.sdcfr is not None:
+            if "sdcfr" not in ckpt:
+                raise ValueError(f"{ckpt['path']}: train.average is sdcfr but the checkpoint holds no SD-CFR sums")
+            self.sdcfr.load_state_dict(ckpt["sdcfr"])
         mem = ckpt.get("memories")
         if mem:
             arrays = np.load(Path(ckpt["path"]).parent / mem)
@@ -156,7 +166,7 @@ class Trainer:
         bar = self._bar(total=self.cfg.train.adv_steps, desc=f"iter {t} train adv{p}", unit="step")
         loss = train_net(self.nets[name], self.adv_mem[p], self.cfg.train.adv_steps, self.cfg.train.batch_size,
                          self.optimizers[name], self.device, self.np_rng, advantage_loss,
-                         self.cfg.train.grad_clip, bar)
+                         self.cfg.train.grad_clip, bar, cosine_decay=self.cfg.train.adv_lr_decay)
         if bar:
             bar.close()
         return loss
@@ -172,10 +182,16 @@ class Trainer:
 
     def _evaluate(self):
         from trainer.evaluate import evaluate
+        e = self.cfg.eval
         net = self.nets["strategy"].to("cpu")
         try:
-            return evaluate(self.game, net, lc_games=self.cfg.eval.lc_games, opponents=tuple(self.cfg.eval.opponents),
-                            seed=self.cfg.run.seed, openspiel=self.cfg.eval.openspiel)
+            if self.sdcfr is None:
+                return evaluate(self.game, net, lc_games=e.lc_games, opponents=tuple(e.opponents),
+                                seed=self.cfg.run.seed, openspiel=e.openspiel)
+            out = evaluate(self.game, self.sdcfr, openspiel=e.openspiel)
+            if self.cfg.train.strategy_steps > 0:
+                out["strategy_net_exploitability"] = evaluate(self.game, net, openspiel=False)["exploitability"]
+            return out
         finally:
             net.to(self.device)
 
@@ -207,6 +223,8 @@ class Trainer:
             "counters": dict(self.counters),
             "memories": mem_name,
         }
+        if self.sdcfr is not None:
+            payload["sdcfr"] = self.sdcfr.state_dict()
         return ck.save_checkpoint(self.run_dir, t, payload)
 
     # ---- main
@@ -242,6 +260,9 @@ class Trainer:
                 m = {"iteration": t}
                 rows_before = client.stats()["rows"]
                 for p in (0, 1):
+                    if self.sdcfr is not None:
+                        # the opponent's policy in this phase, as the strategy memory samples it
+                        self.sdcfr.add(1 - p, self.nets[f"adv{1 - p}"], t)
                     t0 = time.monotonic()
                     added = self._traverse(server, services, t, p, job_config)
                     m[f"time_traverse_s_{p}"] = time.monotonic() - t0
@@ -263,7 +284,8 @@ class Trainer:
                 last = t == cfg.train.iterations or (cfg.train.time_limit_s > 0 and
                                                       time.monotonic() - t_start >= cfg.train.time_limit_s)
                 do_eval = last or (cfg.eval.every > 0 and t % cfg.eval.every == 0)
-                if last or do_eval or (cfg.train.strategy_every > 0 and t % cfg.train.strategy_every == 0):
+                strategy_due = last or do_eval or (cfg.train.strategy_every > 0 and t % cfg.train.strategy_every == 0)
+                if strategy_due and (self.sdcfr is None or cfg.train.strategy_steps > 0):
                     t0 = time.monotonic()
                     m["strategy_loss"] = self._train_strategy(t)
                     m["time_strategy_s"] = time.monotonic() - t0
@@ -312,7 +334,7 @@ def _ordered(chunks):
 def _summary(m):
     parts = [f"iter {m['iteration']}", f"traverse {m['time_traverse_s']:.1f}s", f"train {m['time_train_s']:.1f}s",
              f"{m['queries_per_s']:,.0f} queries/s", f"adv loss {m.get('adv_loss_0') or 0:.4g}/{m.get('adv_loss_1') or 0:.4g}"]
-    for key in ("exploitability", "openspiel_exploitability", "vs_random_win_rate", "vs_heuristic_win_rate"):
+    for key in ("exploitability", "openspiel_exploitability", "strategy_net_exploitability", "vs_random_win_rate", "vs_heuristic_win_rate"):
         if key in m:
             parts.append(f"{key} {m[key]:.4g}")
     return " | ".join(parts)
