@@ -28,6 +28,10 @@ def test_config_files_load_and_validate():
     cfg = load_config(ROOT / "configs" / "kuhn.yaml", ["train.iterations=7", "game.params={}",
                                                        "network.hidden=[8, 8]", "traversal.epsilon=0.3"])
     assert (cfg.train.iterations, cfg.network.hidden, cfg.traversal.epsilon) == (7, [8, 8], 0.3)
+    # YAML 1.1 reads 3e-4 as a string; a float field still takes it, and nothing else
+    assert load_config(None, ["train.lr=3e-4"]).train.lr == 3e-4
+    with pytest.raises(ConfigError, match="config train.lr: expected float, got str 'fast'"):
+        load_config(None, ["train.lr=fast"])
 
 
 @pytest.mark.parametrize("override,message", [

@@ -2,6 +2,7 @@
 `--set section.key=value` overrides. Unknown keys and values of the wrong type
 are rejected with a message that names them."""
 import dataclasses
+import re
 import typing
 from dataclasses import dataclass, field
 
@@ -141,6 +142,9 @@ class ConfigError(ValueError):
     pass
 
 
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
 def _check_value(where, typ, value):
     """value converted to typ, or ConfigError naming `where`."""
     if typ is bool:
@@ -152,6 +156,8 @@ def _check_value(where, typ, value):
     elif typ is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+            return float(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
     elif typ is str:
         if isinstance(value, str):
             return value
