@@ -278,3 +278,11 @@ def test_job_worker_exits_when_the_trainer_is_unreachable():
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "took no message" in r.stderr and f":{port}" in r.stderr
     assert time.monotonic() - t0 < 30
+
+
+def test_advantage_learning_rate_schedule(tmp_path):
+    tr = _trainer_in_process(LEDUC_TINY + ["train.adv_lr_after=2", "train.lr=0.002"], tmp_path / "run")
+    for t, expected in ((1, 0.002), (2, 0.002), (8, 0.001), (32, 0.0005)):
+        tr._train_advantage(0, t)
+        assert tr.optimizers["adv0"].param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)
+    assert tr.optimizers["adv1"].param_groups[0]["lr"] == pytest.approx(0.002)

@@ -47,6 +47,8 @@ class TrainSection:
     """Re-initialise the advantage net before each training (else warm-start)."""
     average: str = "network"
     """Average policy: network (Deep CFR's strategy net) or sdcfr (SD-CFR's exact mixture of the advantage nets' policies; Kuhn and Leduc only)."""
+    adv_lr_after: int = 0
+    """From this iteration on, the advantage nets' learning rate falls as lr * sqrt(adv_lr_after / t) (0 = constant)."""
     adv_lr_decay: bool = False
     """Cosine-anneal the learning rate to 0 within each advantage-net training (a settled net each iteration)."""
     strategy_lr_decay: bool = True
@@ -261,6 +263,7 @@ def validate(cfg):
         ("train.adv_steps", cfg.train.adv_steps >= 0),
         ("train.strategy_steps", cfg.train.strategy_steps >= 0),
         ("train.strategy_every", cfg.train.strategy_every >= 0),
+        ("train.adv_lr_after", cfg.train.adv_lr_after >= 0),
         ("train.average", cfg.train.average in ("network", "sdcfr")),
         ("train.device", cfg.train.device in ("auto", "cpu") or cfg.train.device.startswith("cuda")),
         ("network.hidden", len(cfg.network.hidden) >= 1 and all(isinstance(h, int) and h >= 1 for h in cfg.network.hidden)),

@@ -163,6 +163,10 @@ class Trainer:
             torch.manual_seed(self.cfg.run.seed * 100003 + t * 2 + p)
             self.nets[name] = self._new_net()
             self.optimizers[name] = torch.optim.Adam(self.nets[name].parameters(), lr=self.cfg.train.lr)
+        after = self.cfg.train.adv_lr_after
+        for g in self.optimizers[name].param_groups:
+            # late iterations: smaller steps, as the regrets the nets must resolve shrink
+            g["lr"] = self.cfg.train.lr * (math.sqrt(after / t) if 0 < after < t else 1.0)
         bar = self._bar(total=self.cfg.train.adv_steps, desc=f"iter {t} train adv{p}", unit="step")
         loss = train_net(self.nets[name], self.adv_mem[p], self.cfg.train.adv_steps, self.cfg.train.batch_size,
                          self.optimizers[name], self.device, self.np_rng, advantage_loss,
