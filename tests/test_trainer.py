@@ -204,7 +204,7 @@ def test_resume_continues_at_the_right_iteration_with_equal_memories(tmp_path):
     original_save = Trainer.save
 
     def save_and_remember(self, t):
-        at_save[t] = (copy.deepcopy(self.adv_mem), copy.deepcopy(self.strat_mem))
+        at_save[t] = (copy.deepcopy(self.adv_mem), copy.deepcopy(self.strat_mem), copy.deepcopy(self.sdcfr))
         return original_save(self, t)
 
     Trainer.save = save_and_remember
@@ -222,7 +222,12 @@ def test_resume_continues_at_the_right_iteration_with_equal_memories(tmp_path):
     assert ckpt["iteration"] == 2
     resumed = _trainer_in_process(LEDUC_TINY + ["train.iterations=3"], resumed_dir, resume=ckpt)
     assert resumed.start_iteration == 3
-    adv_at_2, strat_at_2 = at_save[2]
+    adv_at_2, strat_at_2, sdcfr_at_2 = at_save[2]
+    # leduc.yaml's average is SD-CFR: its sums come back exactly
+    assert resumed.sdcfr is not None and sdcfr_at_2.iterations_added.tolist() == [2, 2]
+    np.testing.assert_array_equal(resumed.sdcfr.num, sdcfr_at_2.num)
+    np.testing.assert_array_equal(resumed.sdcfr.den, sdcfr_at_2.den)
+    np.testing.assert_array_equal(resumed.sdcfr.iterations_added, [2, 2])
     for p in (0, 1):
         assert resumed.adv_mem[p].equals(adv_at_2[p]) and len(adv_at_2[p]) > 0
     assert resumed.strat_mem.equals(strat_at_2)
