@@ -46,6 +46,14 @@ def _device(name):
     return torch.device(name)
 
 
+def _adam(net, lr):
+    """Adam, with the fused kernel (about 10% less time per step for small
+    nets on CPU) on the devices that have one."""
+    device = next(net.parameters()).device
+    fused = device.type in ("cpu", "cuda")
+    return torch.optim.Adam(net.parameters(), lr=lr, fused=fused)
+
+
 class Trainer:
     def __init__(self, cfg, run_dir, resume=None, log=print):
         self.cfg = cfg
@@ -61,7 +69,7 @@ class Trainer:
         random.seed(seed)
         self.np_rng = np.random.default_rng(seed)
         self.nets = {name: self._new_net() for name in ("adv0", "adv1", "strategy")}
-        self.optimizers = {name: torch.optim.Adam(net.parameters(), lr=cfg.train.lr) for name, net in self.nets.items()}
+        self.optimizers = {name: _adam(net, cfg.train.lr) for name, net in self.nets.items()}
         self.adv_mem = [ReservoirMemory(cfg.train.adv_memory, T, A, seed=seed * 3 + p + 1) for p in (0, 1)]
         self.strat_mem = ReservoirMemory(cfg.train.strategy_memory, T, A, seed=seed * 3 + 3)
         self.versions = {0: 0, 1: 0}
@@ -162,7 +170,7 @@ class Trainer:
         if self.cfg.train.reinit_advantage:
             torch.manual_seed(self.cfg.run.seed * 100003 + t * 2 + p)
             self.nets[name] = self._new_net()
-            self.optimizers[name] = torch.optim.Adam(self.nets[name].parameters(), lr=self.cfg.train.lr)
+            self.optimizers[name] = _adam(self.nets[name], self.cfg.train.lr)
         after = self.cfg.train.adv_lr_after
         for g in self.optimizers[name].param_groups:
             # late iterations: smaller steps, as the regrets the nets must resolve shrink
