@@ -26,18 +26,12 @@ from traverser.local import LocalEvaluator, run_local
 class RegretTable(torch.nn.Module):
     """An advantage "net" holding the weighted mean regret sample per info state."""
 
-    def __init__(self, index, num_actions):
+    def __init__(self, rows, num_states, num_actions):
         super().__init__()
-        self.index = index
-        self.table = torch.nn.Parameter(torch.zeros(len(index), num_actions), requires_grad=False)
-        self.sums = np.zeros((len(index), num_actions))
-        self.weights = np.zeros(len(index))
-
-    def rows(self, info):
-        try:
-            return np.fromiter((self.index[r.tobytes()] for r in np.asarray(info, np.float32)), np.int64, len(info))
-        except KeyError:
-            raise ValueError("an info-state row is not an info state of this game") from None
+        self.rows = rows          # tensor rows -> info-state ids (TabularAverage.rows)
+        self.table = torch.nn.Parameter(torch.zeros(num_states, num_actions), requires_grad=False)
+        self.sums = np.zeros((num_states, num_actions))
+        self.weights = np.zeros(num_states)
 
     def forward(self, x):
         return self.table[torch.from_numpy(self.rows(x.cpu().numpy()))]
@@ -56,7 +50,7 @@ def run(game_name, iterations, traversals, seed=0, eval_every=50, value_scale=0.
     """Returns [(iteration, exploitability)] every eval_every iterations (and at the end)."""
     game = engine.load_game(game_name)
     avg = TabularAverage(game)
-    tables = {p: RegretTable(avg.index, game.num_distinct_actions()) for p in (0, 1)}
+    tables = {p: RegretTable(avg.rows, len(avg.player), game.num_distinct_actions()) for p in (0, 1)}
     evaluator = LocalEvaluator(tables)
     cfg = TraverserConfig(algorithm="external", strategy_interval=1, fallback="argmax", value_scale=value_scale)
     curve = []

@@ -49,8 +49,6 @@ class TrainSection:
     """Average policy: network (Deep CFR's strategy net) or sdcfr (SD-CFR's exact mixture of the advantage nets' policies; Kuhn and Leduc only)."""
     adv_lr_after: int = 0
     """From this iteration on, the advantage nets' learning rate falls as lr * sqrt(adv_lr_after / t) (0 = constant)."""
-    adv_lr_decay: bool = False
-    """Cosine-anneal the learning rate to 0 within each advantage-net training (a settled net each iteration)."""
     strategy_lr_decay: bool = True
     """Cosine-anneal the learning rate to 0 within each strategy-net training (less SGD noise in the average policy)."""
     strategy_every: int = 10

@@ -178,7 +178,7 @@ class Trainer:
         bar = self._bar(total=self.cfg.train.adv_steps, desc=f"iter {t} train adv{p}", unit="step")
         loss = train_net(self.nets[name], self.adv_mem[p], self.cfg.train.adv_steps, self.cfg.train.batch_size,
                          self.optimizers[name], self.device, self.np_rng, advantage_loss,
-                         self.cfg.train.grad_clip, bar, cosine_decay=self.cfg.train.adv_lr_decay)
+                         self.cfg.train.grad_clip, bar)
         if bar:
             bar.close()
         return loss

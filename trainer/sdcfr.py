@@ -121,21 +121,24 @@ class TabularAverage:
         avg = np.divide(self.num, self.den[:, None], out=uniform.copy(), where=self.den[:, None] > 0)
         return avg
 
-    def probs(self, info, mask):
-        """The average policy at the given info-state rows (float64 [n, A]).
-        Rows are looked up by their exact tensor; an unknown row is an error."""
-        info = np.asarray(info, dtype=np.float32)
-        mask = np.asarray(mask).astype(bool)
-        avg = self.policy()
-        rows = []
-        for k, t in enumerate(info):
+    def rows(self, info):
+        """Info-state ids of tensor rows [n, T], looked up by their exact
+        bytes; a row that is no info state of the game is an error."""
+        out = np.empty(len(info), dtype=np.int64)
+        for k, t in enumerate(np.asarray(info, dtype=np.float32)):
             i = self.index.get(t.tobytes())
             if i is None:
                 raise ValueError(f"info state row {k} is not an info state of this game")
-            if not np.array_equal(self.masks[i], mask[k]):
-                raise ValueError(f"info state row {k}: legal mask differs from the game's")
-            rows.append(i)
-        return avg[np.asarray(rows, dtype=np.int64)]
+            out[k] = i
+        return out
+
+    def probs(self, info, mask):
+        """The average policy at the given info-state rows (float64 [n, A])."""
+        rows = self.rows(info)
+        bad = np.flatnonzero((self.masks[rows] != np.asarray(mask).astype(bool)).any(axis=1))
+        if len(bad):
+            raise ValueError(f"info state row {bad[0]}: legal mask differs from the game's")
+        return self.policy()[rows]
 
     # ---- checkpoint
     def state_dict(self):
