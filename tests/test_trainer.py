@@ -13,7 +13,7 @@ import pytest
 
 from trainer import checkpoint as ck
 from trainer.config import ConfigError, load_config
-from trainer.memory import ReservoirMemory
+from trainer.memory import MergingMemory, ReservoirMemory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,6 +134,95 @@ def test_reservoir_rejects_inexact_info_and_round_trips():
     mem.add(_chunk([100, 101, 102]))
     other.add(_chunk([100, 101, 102]))
     assert other.equals(mem)        # the generator state travelled too
+
+
+def _noisy_rows(n, states=7, seed=0, cols=4, actions=3):
+    """Rows whose info state is one of `states` patterns, with noisy targets,
+    iteration weights and one illegal action on odd states."""
+    rng = np.random.default_rng(seed)
+    sid = rng.integers(0, states, n)
+    info = ((sid[:, None] >> np.arange(cols)) & 1).astype(np.float32)
+    mask = np.ones((n, actions), np.uint8)
+    mask[sid % 2 == 1, -1] = 0
+    target = (rng.normal(size=(n, actions)) + sid[:, None]).astype(np.float32) * mask
+    return {"info": info, "target": target, "mask": mask,
+            "weight": rng.integers(1, 50, n).astype(np.float32)}, sid
+
+
+def test_merging_memory_holds_weighted_means():
+    mem = MergingMemory(100, 4, 3, seed=0)
+    chunks = [_noisy_rows(n, seed=k)[0] for k, n in enumerate((40, 1, 73, 12))]
+    for c in chunks:
+        mem.add(c)
+    allrows = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+    assert mem.seen == len(allrows["weight"]) and mem.size == len(np.unique(allrows["info"], axis=0))
+    for i in range(mem.size):
+        same = (allrows["info"] == mem.info[i]).all(1)
+        w = allrows["weight"][same].astype(np.float64)
+        assert mem.weight[i] == w.sum()
+        np.testing.assert_allclose(mem.target[i], (w[:, None] * allrows["target"][same]).sum(0) / w.sum(),
+                                   rtol=1e-6)
+        assert (allrows["mask"][same] == mem.mask[i]).all()
+
+
+def test_merging_memory_keeps_the_advantage_loss_gradient():
+    """The weighted MSE over every sample and over the merged rows differ by a
+    constant: equal gradients, which is what makes merging exact."""
+    import torch
+    from trainer.learn import _batch_tensors, advantage_loss
+    rows, _ = _noisy_rows(500, seed=3)
+    mem = MergingMemory(100, 4, 3)
+    mem.add(rows)
+    n = mem.size
+
+    def grad(batch):
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+        info, target, mask, weight = _batch_tensors(batch, "cpu")
+        advantage_loss(net, info, target, mask, weight).backward()
+        return torch.cat([p.grad.flatten() for p in net.parameters()])
+
+    merged = {"info": mem.info[:n], "target": mem.target[:n], "mask": mem.mask[:n],
+              "weight": mem.weight[:n].astype(np.float32)}
+    full = grad(rows) * rows["weight"].mean() * len(rows["weight"])
+    part = grad(merged) * merged["weight"].mean() * n
+    torch.testing.assert_close(full, part, rtol=1e-4, atol=1e-5)
+
+
+def test_merging_memory_draws_in_proportion_to_weight():
+    rows, _ = _noisy_rows(300, seed=1)
+    mem = MergingMemory(100, 4, 3)
+    mem.add(rows)
+    batch = mem.sample(200_000, np.random.default_rng(0))
+    assert (batch["weight"] == 1).all()
+    for i in range(mem.size):
+        freq = (batch["info"] == mem.info[i]).all(1).mean()
+        share = mem.weight[i] / mem.weight[:mem.size].sum()
+        assert abs(freq - share) < 0.01, (i, freq, share)
+        hit = (batch["info"] == mem.info[i]).all(1)
+        np.testing.assert_array_equal(batch["target"][hit][0], mem.target[i])
+
+
+def test_merging_memory_reservoir_over_states_and_round_trip():
+    mem = MergingMemory(5, 4, 3, seed=2)
+    for k in range(6):
+        mem.add(_noisy_rows(30, states=16, seed=k)[0])
+    assert mem.size == 5 and mem.states_seen > 5 and len(mem._slot) == 5
+    held = {mem.info[i].tobytes() for i in range(5)}
+    assert len(held) == 5                     # no state twice, evicted ones left the index
+    other = MergingMemory(5, 4, 3, seed=99)
+    other.load_state_dict(mem.state_dict("m"), "m")
+    assert other.equals(mem)
+    nxt = _noisy_rows(30, states=16, seed=50)[0]
+    mem.add(nxt)
+    other.add(nxt)
+    assert other.equals(mem)                  # index and generator travelled too
+    plain = ReservoirMemory(5, 4, 3)
+    with pytest.raises(ValueError, match="merging memory"):
+        plain.load_state_dict(mem.state_dict("m"), "m")
+    plain.add(nxt)
+    with pytest.raises(ValueError, match="reservoir memory"):
+        other.load_state_dict(plain.state_dict("m"), "m")
 
 
 # ---------------------------------------------------------------------------

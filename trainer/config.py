@@ -43,6 +43,8 @@ class TrainSection:
     """Reservoir capacity of each player's advantage memory (rows)."""
     strategy_memory: int = 1000000
     """Reservoir capacity of the strategy memory (rows)."""
+    merge_duplicates: bool = False
+    """Memories hold one row per distinct info state, its samples' weighted mean target (same loss, no sampling noise between duplicates; pays off where info states recur: Kuhn, Leduc)."""
     reinit_advantage: bool = True
     """Re-initialise the advantage net before each training (else warm-start)."""
     average: str = "network"

@@ -28,7 +28,7 @@ from trainer.config import config_to_dict
 from trainer.jobs import Job, JobServer
 from trainer.launcher import LocalServices
 from trainer.learn import advantage_loss, strategy_loss, train_net
-from trainer.memory import ReservoirMemory
+from trainer.memory import MergingMemory, ReservoirMemory
 
 try:
     from tqdm import tqdm
@@ -70,8 +70,9 @@ class Trainer:
         self.np_rng = np.random.default_rng(seed)
         self.nets = {name: self._new_net() for name in ("adv0", "adv1", "strategy")}
         self.optimizers = {name: _adam(net, cfg.train.lr) for name, net in self.nets.items()}
-        self.adv_mem = [ReservoirMemory(cfg.train.adv_memory, T, A, seed=seed * 3 + p + 1) for p in (0, 1)]
-        self.strat_mem = ReservoirMemory(cfg.train.strategy_memory, T, A, seed=seed * 3 + 3)
+        memory = MergingMemory if cfg.train.merge_duplicates else ReservoirMemory
+        self.adv_mem = [memory(cfg.train.adv_memory, T, A, seed=seed * 3 + p + 1) for p in (0, 1)]
+        self.strat_mem = memory(cfg.train.strategy_memory, T, A, seed=seed * 3 + 3)
         self.versions = {0: 0, 1: 0}
         self.start_iteration = 1
         self.sdcfr = None
