@@ -284,11 +284,13 @@ LEDUC_TINY = ["network.hidden=[16, 16]", "train.traversals=300", "train.adv_step
               "run.save_memories=true", "run.checkpoint_every=1", "service.job_size=100"]
 
 
-def test_resume_continues_at_the_right_iteration_with_equal_memories(tmp_path):
+@pytest.mark.parametrize("merge", [True, False])
+def test_resume_continues_at_the_right_iteration_with_equal_memories(tmp_path, merge):
     import copy
     import shutil
     from trainer.loop import Trainer
-    straight = _trainer_in_process(LEDUC_TINY + ["train.iterations=3"], tmp_path / "straight")
+    tiny = LEDUC_TINY + [f"train.merge_duplicates={str(merge).lower()}"]
+    straight = _trainer_in_process(tiny + ["train.iterations=3"], tmp_path / "straight")
     at_save = {}
     original_save = Trainer.save
 
@@ -309,8 +311,9 @@ def test_resume_continues_at_the_right_iteration_with_equal_memories(tmp_path):
     (resumed_dir / "checkpoints" / "latest").write_text("iter_000002.pt")
     ckpt = ck.load_checkpoint(resumed_dir)
     assert ckpt["iteration"] == 2
-    resumed = _trainer_in_process(LEDUC_TINY + ["train.iterations=3"], resumed_dir, resume=ckpt)
+    resumed = _trainer_in_process(tiny + ["train.iterations=3"], resumed_dir, resume=ckpt)
     assert resumed.start_iteration == 3
+    assert type(resumed.adv_mem[0]) is (MergingMemory if merge else ReservoirMemory)
     adv_at_2, strat_at_2, sdcfr_at_2 = at_save[2]
     # leduc.yaml's average is SD-CFR: its sums come back exactly
     assert resumed.sdcfr is not None and sdcfr_at_2.iterations_added.tolist() == [2, 2]
@@ -331,12 +334,13 @@ def test_resume_continues_at_the_right_iteration_with_equal_memories(tmp_path):
     assert same_memory(resumed.strat_mem, straight.strat_mem)
 
 
-def test_killed_worker_job_is_redone_exactly_once(tmp_path):
-    clean = _trainer_in_process(LEDUC_TINY + ["train.iterations=1", "service.workers=2",
-                                              "train.traversals=1200", "service.job_size=300"], tmp_path / "clean")
+@pytest.mark.parametrize("merge", [True, False])
+def test_killed_worker_job_is_redone_exactly_once(tmp_path, merge):
+    sets = LEDUC_TINY + ["train.iterations=1", "service.workers=2", "train.traversals=1200",
+                         "service.job_size=300", f"train.merge_duplicates={str(merge).lower()}"]
+    clean = _trainer_in_process(sets, tmp_path / "clean")
     clean.run()
-    victim = _trainer_in_process(LEDUC_TINY + ["train.iterations=1", "service.workers=2",
-                                               "train.traversals=1200", "service.job_size=300"], tmp_path / "kill")
+    victim = _trainer_in_process(sets, tmp_path / "kill")
     from trainer import jobs
     original = jobs.JobServer._handle
     killed = {}
