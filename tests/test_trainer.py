@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # config
 
 def test_config_files_load_and_validate():
-    for name in ("lost_cities", "leduc", "kuhn", "smoke"):
+    for name in ("lost_cities", "lost_cities_cpu", "leduc", "kuhn", "smoke"):
         cfg = load_config(ROOT / "configs" / f"{name}.yaml")
         assert cfg.train.iterations >= 1
     cfg = load_config(ROOT / "configs" / "kuhn.yaml", ["train.iterations=7", "game.params={}",
