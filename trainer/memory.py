@@ -29,7 +29,10 @@ def _cast_info(info, dtype):
     return cast
 
 
-class ReservoirMemory:
+class _Columns:
+    """Preallocated info/target/mask/weight columns, `size` rows in use."""
+    weight_dtype = np.float32
+
     def __init__(self, capacity, tensor_size, num_actions, seed=0, info_dtype=np.uint8):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
@@ -38,7 +41,7 @@ class ReservoirMemory:
         self.info = np.zeros((capacity, tensor_size), self.info_dtype)
         self.target = np.zeros((capacity, num_actions), np.float32)
         self.mask = np.zeros((capacity, num_actions), np.uint8)
-        self.weight = np.zeros(capacity, np.float32)
+        self.weight = np.zeros(capacity, self.weight_dtype)
         self.size = 0           # rows held
         self.seen = 0           # rows ever offered
         self.rng = np.random.default_rng(seed)
@@ -48,6 +51,9 @@ class ReservoirMemory:
 
     def _cast_info(self, info):
         return _cast_info(info, self.info_dtype)
+
+
+class ReservoirMemory(_Columns):
 
     def add(self, chunk):
         """Offer a chunk (dict of columns with equal row counts)."""
@@ -107,7 +113,7 @@ class ReservoirMemory:
                 and all(np.array_equal(getattr(self, c)[:self.size], getattr(other, c)[:other.size]) for c in COLUMNS))
 
 
-class MergingMemory:
+class MergingMemory(_Columns):
     """One row per distinct (info state, legal mask): `target` is the
     weighted mean of the targets offered for it and `weight` their summed
     weight. Minibatches are drawn in proportion to the weight and carry unit
@@ -115,25 +121,14 @@ class MergingMemory:
     held one by reservoir sampling over the distinct states seen (the
     replaced state's merged samples go with it)."""
 
+    weight_dtype = np.float64     # summed weights outgrow float32's exact integers
+
     def __init__(self, capacity, tensor_size, num_actions, seed=0, info_dtype=np.uint8):
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = int(capacity)
-        self.info_dtype = np.dtype(info_dtype)
-        self.info = np.zeros((capacity, tensor_size), self.info_dtype)
-        self.target = np.zeros((capacity, num_actions), np.float32)
-        self.mask = np.zeros((capacity, num_actions), np.uint8)
-        self.weight = np.zeros(capacity, np.float64)
+        super().__init__(capacity, tensor_size, num_actions, seed, info_dtype)
         self._sum = np.zeros((capacity, num_actions), np.float64)   # weight * target, summed
-        self.size = 0           # distinct states held
-        self.seen = 0           # rows ever offered
         self.states_seen = 0    # distinct states ever offered (the reservoir's count)
-        self.rng = np.random.default_rng(seed)
         self._slot = {}         # key bytes -> slot
         self._cum = None        # cumulative weights for sampling, rebuilt after an add
-
-    def __len__(self):
-        return self.size
 
     def _keys(self, info, mask):
         both = np.ascontiguousarray(np.concatenate([info.view(np.uint8).reshape(len(info), -1), mask], axis=1))
@@ -144,7 +139,7 @@ class MergingMemory:
         n = len(chunk["weight"])
         if n == 0:
             return
-        info = _cast_info(np.asarray(chunk["info"]), self.info_dtype)
+        info = self._cast_info(np.asarray(chunk["info"]))
         mask = np.asarray(chunk["mask"]).astype(np.uint8, copy=False)
         w = np.asarray(chunk["weight"], np.float64)
         keys, first, inv = np.unique(self._keys(info, mask), return_index=True, return_inverse=True)
