@@ -203,6 +203,25 @@ def test_merging_memory_draws_in_proportion_to_weight():
         np.testing.assert_array_equal(batch["target"][hit][0], mem.target[i])
 
 
+def test_merging_memory_when_full_keeps_each_state_to_itself():
+    """Once full, a held state's row holds exactly the samples offered for it
+    since it was (last) placed: never another state's, even when a state
+    merged in a chunk is replaced by a new one of the same chunk."""
+    mem = MergingMemory(6, 4, 3, seed=4)
+    offered = []                                   # per chunk: state id -> summed weight
+    for k in range(40):
+        rows, sid = _noisy_rows(int(np.random.default_rng(k).integers(1, 40)), states=16, seed=100 + k)
+        mem.add(rows)
+        offered.append(np.bincount(sid, weights=rows["weight"].astype(np.float64), minlength=16))
+        assert mem.size == 6 and len(mem._slot) == 6
+        for i in range(mem.size):
+            key = mem._keys(mem.info[i:i + 1], mem.mask[i:i + 1])[0].tobytes()
+            assert mem._slot[key] == i
+            state = int((mem.info[i] * (1 << np.arange(4))).sum())
+            suffixes = np.cumsum([o[state] for o in offered[::-1]])
+            assert np.isclose(suffixes, mem.weight[i]).any(), (k, i, state)
+
+
 def test_merging_memory_reservoir_over_states_and_round_trip():
     mem = MergingMemory(5, 4, 3, seed=2)
     for k in range(6):

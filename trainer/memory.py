@@ -6,8 +6,8 @@ later replaces a uniformly chosen slot with probability capacity / (k + 1).
 A chunk is processed in one vectorised step with the memory's own generator,
 so the contents depend only on the order of the chunks and the seed.
 
-MergingMemory holds one row per distinct info state instead: the
-weight-summed target of every sample of that state. The weighted MSE (or
+MergingMemory holds one row per distinct info state instead: the weighted
+mean target of every sample of that state, and their summed weight. The weighted MSE (or
 cross-entropy) over all samples equals the one over the merged rows plus a
 constant, since both losses are linear in the target weights; so training
 on merged rows, drawn in proportion to their weight, has the same
@@ -147,27 +147,27 @@ class MergingMemory(_Columns):
         wsum = np.bincount(inv, weights=w, minlength=len(keys))
         tsum = np.zeros((len(keys), self._sum.shape[1]))
         np.add.at(tsum, inv, w[:, None] * np.asarray(chunk["target"], np.float64))
-        # new states in order of first appearance in the chunk
-        order = np.argsort(first, kind="stable")
-        slots = np.empty(len(keys), np.int64)
-        for j in order:
-            key = keys[j].tobytes()
-            slot = self._slot.get(key)
-            if slot is None:
-                slot = self._place(key)
-                if slot >= 0:
-                    self.info[slot] = info[first[j]]
-                    self.mask[slot] = mask[first[j]]
-                    self._sum[slot] = 0.0
-                    self.weight[slot] = 0.0
-            slots[j] = slot
-        keep = slots >= 0
-        slots, wsum, tsum = slots[keep], wsum[keep], tsum[keep]
-        self._sum[slots] += tsum
-        self.weight[slots] += wsum
-        self.target[slots] = self._sum[slots] / np.maximum(self.weight[slots], 1e-300)[:, None]
+        # first the states already held
+        slots = np.array([self._slot.get(k.tobytes(), -1) for k in keys], np.int64)
+        held = slots >= 0
+        self._merge(slots[held], wsum[held], tsum[held])
+        # then the new states, in order of first appearance in the chunk; once
+        # full, each may replace a held state (and what it just merged)
+        for j in sorted(np.flatnonzero(~held), key=lambda j: first[j]):
+            slot = self._place(keys[j].tobytes())
+            if slot >= 0:
+                self.info[slot] = info[first[j]]
+                self.mask[slot] = mask[first[j]]
+                self._sum[slot] = 0.0
+                self.weight[slot] = 0.0
+                self._merge(slot, wsum[j], tsum[j])
         self.seen += n
         self._cum = None
+
+    def _merge(self, slots, wsum, tsum):
+        self._sum[slots] += tsum
+        self.weight[slots] += wsum
+        self.target[slots] = self._sum[slots] / np.maximum(self.weight[slots], 1e-300)[..., None]
 
     def _place(self, key):
         """A slot for a new state (-1: the reservoir turned it away)."""
