@@ -7,26 +7,18 @@ A chunk is processed in one vectorised step with the memory's own generator,
 so the contents depend only on the order of the chunks and the seed.
 
 MergingMemory holds one row per distinct info state instead: the weighted
-mean target of every sample of that state, and their summed weight. The weighted MSE (or
-cross-entropy) over all samples equals the one over the merged rows plus a
-constant, since both losses are linear in the target weights; so training
-on merged rows, drawn in proportion to their weight, has the same
-expected gradient and none of the noise of drawing single noisy samples.
+mean target of every sample of that state, and their summed weight. The
+weighted MSE (or cross-entropy) over all samples equals the one over the
+merged rows plus a constant, since both losses are linear in the target
+weights; so training on merged rows, drawn in proportion to their weight,
+has the same expected gradient and none of the noise of drawing single
+noisy samples.
 It pays off in games whose info states recur (Kuhn, Leduc); in Lost Cities
 almost every row is new and it is a plain memory with a lookup per row.
 """
 import numpy as np
 
 COLUMNS = ("info", "target", "mask", "weight")
-
-
-def _cast_info(info, dtype):
-    if info.dtype == dtype:
-        return info
-    cast = info.astype(dtype)
-    if not np.array_equal(cast.astype(info.dtype), info):
-        raise ValueError(f"info-state rows do not fit the memory's {dtype} exactly")
-    return cast
 
 
 class _Columns:
@@ -50,7 +42,12 @@ class _Columns:
         return self.size
 
     def _cast_info(self, info):
-        return _cast_info(info, self.info_dtype)
+        if info.dtype == self.info_dtype:
+            return info
+        cast = info.astype(self.info_dtype)
+        if not np.array_equal(cast.astype(info.dtype), info):
+            raise ValueError(f"info-state rows do not fit the memory's {self.info_dtype} exactly")
+        return cast
 
 
 class ReservoirMemory(_Columns):
