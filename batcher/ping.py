@@ -7,12 +7,16 @@ import sys
 from batcher.client import BatcherTimeout, wait_for_batcher
 
 
-def main(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m batcher.ping", description=__doc__)
     ap.add_argument("endpoint")
     ap.add_argument("--timeout", type=float, default=5.0)
     ap.add_argument("--curve-keys", default="", metavar="DIR")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     try:
         pong = wait_for_batcher(args.endpoint, timeout_s=args.timeout, curve_keys=args.curve_keys)
     except BatcherTimeout:

@@ -1,4 +1,5 @@
 """`python -m trainer --config configs/NAME.yaml [--set section.key=value ...] [--resume RUN_DIR]`
+`python -m trainer --config configs/NAME.yaml --run-dir RUN_DIR --auto-resume [--set ...]`
 
 Deep CFR training. With no service endpoints configured it starts the batcher
 and the workers itself (the embedded local default), so one command trains.
@@ -11,7 +12,7 @@ from pathlib import Path
 from trainer.config import ConfigError, config_from_dict, load_config, apply_overrides, validate
 
 
-def main(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m trainer", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=None, help="YAML config (configs/*.yaml); defaults if omitted")
@@ -19,8 +20,23 @@ def main(argv=None):
                     help="override a config value (repeatable), e.g. --set train.iterations=20")
     ap.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a run from its latest checkpoint")
     ap.add_argument("--run-dir", default=None, help="run directory (default: run.dir/run.name)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--auto-resume", action="store_true",
+                    help="with --run-dir: if the run there has a checkpoint, resume it as --resume would "
+                         "(--config is then ignored), else start it; for a trainer a scheduler restarts")
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     from trainer import checkpoint as ck
+    if args.auto_resume:
+        if not args.run_dir or args.resume:
+            print("error: --auto-resume needs --run-dir and excludes --resume", file=sys.stderr)
+            return 2
+        if ck.latest_checkpoint(args.run_dir) is not None:
+            args.resume = args.run_dir
+        else:
+            print(f"{args.run_dir}: no checkpoint yet; starting the run")
     try:
         resume = None
         if args.resume:

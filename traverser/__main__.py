@@ -44,7 +44,7 @@ def traverser_config_from_args(args):
                            strategy_interval=args.strategy_interval)
 
 
-def main(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m traverser", description=__doc__,
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--batcher", required=True, help="batcher endpoint, e.g. tcp://127.0.0.1:5555")
@@ -65,7 +65,11 @@ def main(argv=None):
     ap.add_argument("--curve-keys", default="", metavar="DIR",
                     help="CURVE keys (python -m batcher.keys DIR) for the batcher and the trainer")
     add_traverser_args(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     from batcher.__main__ import parse_params
     if args.trainer:
         from traverser.jobworker import serve_jobs
