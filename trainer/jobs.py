@@ -12,8 +12,9 @@ them to the memories only at `done`, in job order; a job whose worker dies
 its staged samples are dropped. So every traversal id is counted exactly once
 and sample counts stay exact.
 
-Headers are msgpack (batcher.protocol.pack/unpack_header); arrays are raw
-frames described in the header. Nothing is pickled.
+The messages and the array packing are in traverser/jobproto.py, which the
+workers import too (they never import `trainer`); docs/protocol.md describes
+them. This module is the trainer's side: the job accounting.
 """
 import collections
 import time
@@ -22,38 +23,7 @@ import numpy as np
 import zmq
 
 from batcher import protocol as P
-
-HELLO, READY, JOB, SAMPLES, HEARTBEAT, DONE, STOP, FAILED = (
-    "hello", "ready", "job", "samples", "heartbeat", "done", "stop", "failed")
-
-ARRAY_DTYPES = {"uint8", "int8", "int32", "int64", "float16", "float32"}
-
-
-def pack_arrays(arrays):
-    """(meta list, frames) for a dict of numpy arrays."""
-    meta, frames = [], []
-    for name, arr in arrays.items():
-        arr = np.ascontiguousarray(arr)
-        meta.append({"name": name, "dtype": str(arr.dtype), "shape": list(arr.shape)})
-        frames.append(arr)
-    return meta, frames
-
-
-def unpack_arrays(meta, frames):
-    """Inverse of pack_arrays, checking dtypes and sizes."""
-    if not isinstance(meta, list) or len(meta) != len(frames):
-        raise P.ProtocolError("bad_frames", f"{len(frames)} frames for {len(meta) if isinstance(meta, list) else '?'} arrays")
-    out = {}
-    for m, frame in zip(meta, frames):
-        if m.get("dtype") not in ARRAY_DTYPES:
-            raise P.ProtocolError("bad_dtype", f"array {m.get('name')!r} dtype {m.get('dtype')!r} not allowed")
-        shape = m.get("shape")
-        dtype = np.dtype(m["dtype"])
-        buf = memoryview(frame)
-        if not isinstance(shape, list) or int(np.prod(shape)) * dtype.itemsize != buf.nbytes:
-            raise P.ProtocolError("bad_shape", f"array {m.get('name')!r}: {buf.nbytes} bytes do not fit {shape} {dtype}")
-        out[m["name"]] = np.frombuffer(buf, dtype=dtype).reshape(shape)
-    return out
+from traverser.jobproto import DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPLES, STOP, pack_arrays, unpack_arrays
 
 
 class Job:
@@ -205,6 +175,8 @@ class JobServer:
                 return   # a message about a job this worker no longer holds
             if kind == SAMPLES:
                 try:
+                    if header.get("kind", "adv") not in job.staged:
+                        raise P.ProtocolError("bad_header", f"sample kind {header.get('kind')!r} is not adv or strat")
                     arrays = unpack_arrays(header.get("arrays"), [f.buffer for f in frames[2:]])
                 except P.ProtocolError as e:
                     self._log(f"bad sample chunk from worker pid {w['pid']}: {e}")

@@ -1,7 +1,8 @@
 """Job mode of the worker process (`python -m traverser --trainer EP --batcher EP`).
 
 Asks the trainer for jobs, runs each through the batcher, streams the sample
-chunks back, and reports `done`. See trainer/jobs.py for the protocol.
+chunks back, and reports `done`. The messages are in traverser/jobproto.py
+(docs/protocol.md, "Job protocol"); this module never imports `trainer`.
 """
 import json
 import os
@@ -13,7 +14,7 @@ import zmq
 
 import engine
 from batcher import protocol as P
-from trainer.jobs import DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPLES, STOP, pack_arrays, unpack_arrays
+from traverser.jobproto import DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPLES, STOP, pack_arrays, unpack_arrays
 from traverser.config import TraverserConfig
 from traverser.worker import run_remote
 
