@@ -1,8 +1,35 @@
 # The README's commands. `make test` is what CI runs (.ci/run).
-PYTHON ?= python3
-export PYTHON
+#
+# The interpreter: inside an active virtualenv or conda env, make uses it;
+# otherwise it creates the project virtualenv $(VENV) with $(BASE_PYTHON) on
+# first use (scripts/venv.sh; it reuses an installed torch) and uses that.
+# Overrides: PYTHON=/path/to/python uses that interpreter as is;
+# VENV=DIR puts the virtualenv elsewhere; VENV= (empty) uses python3 as is.
+BASE_PYTHON ?= python3
+VENV ?= .venv
+ifeq ($(origin PYTHON),undefined)
+  ifeq ($(strip $(VENV)),)
+    PYTHON := $(BASE_PYTHON)
+  else
+    PYTHON := $(shell $(BASE_PYTHON) scripts/pick_python.py '$(VENV)')
+    ifeq ($(PYTHON),)
+      $(error $(BASE_PYTHON) did not run scripts/pick_python.py: install Python >= 3.10, or set PYTHON=/path/to/python)
+    endif
+  endif
+endif
+export PYTHON BASE_PYTHON
 
-.PHONY: install build debug annotate check-nogil test train bench clean
+.PHONY: install build debug annotate check-nogil test train bench clean which-python
+
+# the project virtualenv, made once; every target that runs $(PYTHON) needs it
+ifeq ($(PYTHON),$(abspath $(VENV))/bin/python)
+$(PYTHON):
+	bash scripts/venv.sh '$(abspath $(VENV))'
+install build debug annotate: $(PYTHON)
+endif
+
+which-python:       ## print the interpreter make uses (creates nothing)
+	@echo $(PYTHON)
 
 install:            ## install deps + editable package, build extensions
 	bash scripts/install.sh
