@@ -29,6 +29,7 @@ ctypedef void (*returns_fn)(const void* cfg, const void* state, double* out) noe
 ctypedef void (*tensor_fn)(const void* cfg, const void* state, int player, float* out) noexcept nogil
 ctypedef int (*check_fn)(const void* cfg, const void* state) noexcept nogil
 ctypedef int (*rollout_fn)(const void* cfg, const void* state, uint64_t* rng) noexcept nogil
+ctypedef void (*resample_fn)(const void* cfg, void* state, int player, uint64_t* rng) noexcept nogil
 
 
 cdef struct GameDef:
@@ -53,6 +54,8 @@ cdef struct GameDef:
     tensor_fn info_state        # info-state tensor of `player` into out[tensor_size]
     check_fn check              # re-derive every invariant; 0 = ok, else a game error code
     rollout_fn rollout_action   # optional (NULL): the game's own playout policy for cutoff rollouts
+    resample_fn resample        # optional (NULL): redeal what `player` cannot see, uniformly
+                                # over the states consistent with its information
 
 
 cdef class Game:

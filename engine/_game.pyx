@@ -250,6 +250,24 @@ cdef class State:
         if rc != 0:
             raise ConsistencyError(f"{self.game.name}: {self.game.check_error(rc)}")
 
+    def resample(self, player, seed):
+        """A new state that `player` cannot tell from this one: what it cannot
+        see (the opponent's unseen cards, the deck order) is redealt uniformly
+        over the consistent deals, from the PRNG seeded by `seed`. The result
+        has no history to undo. Games without hidden cards to redeal raise
+        ValueError."""
+        cdef uint64_t rng
+        cdef State other
+        if self.game.gd.resample == NULL:
+            raise ValueError(f"{self.game.name} cannot resample hidden information")
+        if player not in (0, 1):
+            raise ValueError(f"player must be 0 or 1, got {player!r}")
+        other = self.game._make_state()
+        memcpy(other.data, self.data, self.game.gd.state_size)
+        rng = rng_seed(<uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF), 0x4E5A, <uint64_t>player)
+        self.game.gd.resample(self.game.gd.cfg, other.data, <int>player, &rng)
+        return other
+
     def clone(self):
         """An independent copy, undo history included."""
         cdef State other = self.game._make_state()

@@ -11,6 +11,8 @@ cdef enum:
     LC_MAX_CARDS = LC_MAX_COLOURS * LC_MAX_PER_COLOUR
     LC_PLAY = 0                 # phase: play or discard a card
     LC_DRAW = 1                 # phase: draw a card
+    LC_TURN_LIMIT = 32767       # without a cap, a game that never empties the deck stops here
+    LC_TENSOR_MAX_TURN = 255    # the tensor's turn entry saturates here (rows travel as uint8)
 
 
 cdef struct LCConfig:
@@ -22,7 +24,8 @@ cdef struct LCConfig:
     int expedition_cost         # subtracted from each started expedition
     int bonus_threshold         # cards in an expedition that earn the bonus
     int bonus_amount            # the bonus (never multiplied by wagers)
-    int max_turns               # turn cap: the game ends after this many turns
+    int max_turns               # turn cap: the game ends after this many turns (0 = none)
+    int turn_limit              # max_turns, or LC_TURN_LIMIT with no cap (the int16 counter's guard)
     int kinds_per_colour        # ranks + 1: rank index 0 is the wager
     int num_kinds               # colours * kinds_per_colour
     int num_cards               # colours * (ranks + wagers)
@@ -76,3 +79,4 @@ cdef void lc_apply(const LCConfig* cfg, LCState* s, int action, LCUndo* u) noexc
 cdef void lc_undo(const LCConfig* cfg, LCState* s, const LCUndo* u) noexcept nogil
 cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float* out) noexcept nogil
 cdef int lc_heuristic_action(const LCConfig* cfg, const LCState* s) noexcept nogil
+cdef void lc_resample(const LCConfig* cfg, LCState* s, int player, uint64_t* rng) noexcept nogil

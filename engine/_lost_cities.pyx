@@ -23,6 +23,8 @@ Every function with `noexcept nogil` touches no Python object and allocates
 nothing; they are what the traverser runs. The Python classes at the bottom
 are for tests, tools and bots.
 """
+from collections import namedtuple
+
 from libc.string cimport memset
 
 from engine._types cimport int8_t, int16_t, uint8_t, uint64_t
@@ -36,6 +38,7 @@ cdef extern from *:
 
 COLOUR_LETTERS = "YBWGRP"
 COLOUR_NAMES = ("yellow", "blue", "white", "green", "red", "purple")
+Action = namedtuple("Action", "verb colour value")
 
 
 # ---------------------------------------------------------------------------
@@ -229,7 +232,7 @@ cdef void lc_apply(const LCConfig* cfg, LCState* s, int action, LCUndo* u) noexc
     s.phase = LC_PLAY
     s.turn += 1
     s.player = 1 - p
-    if s.deck_len == 0 or s.turn >= cfg.max_turns:
+    if s.deck_len == 0 or s.turn >= cfg.turn_limit:
         s.terminal = 1
 
 
@@ -313,8 +316,9 @@ SEGMENTS = (
     ("deck_count", "1"),        # cards left in the deck
     ("turn", "1"),              # turns played
 )
-# Every entry is a small non-negative integer, so rows travel exactly as uint8
-# (while max_turns <= 255); networks rescale them with input_scale().
+# Every entry is a small non-negative integer, so rows travel exactly as uint8;
+# the turn entry saturates at 255 (only games without a turn cap get there).
+# Networks rescale the entries with input_scale().
 
 
 cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float* out) noexcept nogil:
@@ -346,7 +350,45 @@ cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float
         out[pos + s.blocked] = 1.0
     pos += cfg.colours
     out[pos] = s.deck_len
-    out[pos + 1] = s.turn
+    out[pos + 1] = s.turn if s.turn < LC_TENSOR_MAX_TURN else LC_TENSOR_MAX_TURN
+
+
+cdef void lc_resample(const LCConfig* cfg, LCState* s, int player, uint64_t* rng) noexcept nogil:
+    """Redeal what `player` cannot see, uniformly over the deals consistent
+    with its information: the opponent's cards that did not come from a
+    discard pile, and the deck order, are shuffled together (a Fisher-Yates
+    shuffle of the pooled cards), then the opponent gets back as many as it
+    held. Everything `player` has seen stays: its hand, both expeditions, the
+    piles, the opponent's known cards, the counts. So does its info-state
+    tensor. The undo records of earlier moves no longer apply to the result."""
+    cdef int o = 1 - player, k, i, j, n = 0, n_opp, w
+    cdef uint8_t t
+    cdef uint8_t pool[LC_MAX_CARDS]
+    for k in range(cfg.num_kinds):
+        for i in range(s.hand[o][k] - s.known[o][k]):
+            pool[n] = <uint8_t>k
+            n += 1
+        s.hand[o][k] = s.known[o][k]
+    n_opp = n
+    for i in range(s.deck_len):
+        pool[n] = s.deck[i]
+        n += 1
+    for i in range(n - 1, 0, -1):
+        j = rng_below(rng, i + 1)
+        t = pool[i]; pool[i] = pool[j]; pool[j] = t
+    for i in range(n_opp):
+        s.hand[o][pool[i]] += 1
+    for i in range(s.deck_len):
+        s.deck[i] = pool[n_opp + i]
+    for w in range(2):
+        s.hand_mask[o][w] = 0
+    for k in range(cfg.num_kinds):
+        if s.hand[o][k] > 0:
+            _set_bit(s.hand_mask[o], k)
+
+
+cdef void _resample(const void* cfgp, void* state, int player, uint64_t* rng) noexcept nogil:
+    lc_resample(<const LCConfig*>cfgp, <LCState*>state, player, rng)
 
 
 cdef int _rollout_action(const void* cfgp, const void* state, uint64_t* rng) noexcept nogil:
@@ -383,7 +425,7 @@ cdef int _check(const void* cfgp, const void* state) noexcept nogil:
     cdef int pk[LC_MAX_KINDS]
     cdef int cnt, wag, vs
     cdef uint64_t m[2]
-    if s.player < 0 or s.player > 1 or s.phase < 0 or s.phase > 1 or s.turn < 0 or s.turn > cfg.max_turns:
+    if s.player < 0 or s.player > 1 or s.phase < 0 or s.phase > 1 or s.turn < 0 or s.turn > cfg.turn_limit:
         return 12
     if s.deck_len < 0 or s.deck_len > cfg.deck_size:
         return 8
@@ -462,9 +504,9 @@ cdef int _check(const void* cfgp, const void* state) noexcept nogil:
     if s.blocked < -1 or s.blocked >= cfg.colours or (s.blocked >= 0 and s.pile_len[s.blocked] == 0):
         return 10
     if s.terminal:
-        if s.phase != LC_PLAY or not (s.deck_len == 0 or s.turn >= cfg.max_turns):
+        if s.phase != LC_PLAY or not (s.deck_len == 0 or s.turn >= cfg.turn_limit):
             return 11
-    elif s.deck_len == 0 or s.turn >= cfg.max_turns:
+    elif s.deck_len == 0 or s.turn >= cfg.turn_limit:
         return 11
     return 0
 
@@ -586,10 +628,10 @@ cdef int lc_heuristic_action(const LCConfig* cfg, const LCState* s) noexcept nog
 # Python face
 
 DEFAULTS = dict(colours=5, ranks=9, lowest_value=2, wagers=3, hand_size=8,
-                expedition_cost=20, bonus_threshold=8, bonus_amount=20, max_turns=200)
+                expedition_cost=20, bonus_threshold=8, bonus_amount=20, max_turns=0)
 LIMITS = dict(colours=(1, LC_MAX_COLOURS), ranks=(1, LC_MAX_RANKS), lowest_value=(0, 100),
               wagers=(0, LC_MAX_WAGERS), hand_size=(1, LC_MAX_HAND), expedition_cost=(0, 1000),
-              bonus_threshold=(1, 100), bonus_amount=(0, 1000), max_turns=(1, 10000))
+              bonus_threshold=(1, 100), bonus_amount=(0, 1000), max_turns=(0, 10000))
 VARIANTS = {"classic": {}, "six_colours": {"colours": 6}}
 
 
@@ -631,6 +673,7 @@ cdef class LostCitiesGame(Game):
         cfg.bonus_threshold = values["bonus_threshold"]
         cfg.bonus_amount = values["bonus_amount"]
         cfg.max_turns = values["max_turns"]
+        cfg.turn_limit = cfg.max_turns if cfg.max_turns > 0 else LC_TURN_LIMIT
         cfg.kinds_per_colour = cfg.ranks + 1
         cfg.num_kinds = cfg.colours * cfg.kinds_per_colour
         cfg.num_cards = num_cards
@@ -664,7 +707,7 @@ cdef class LostCitiesGame(Game):
         self.gd.max_legal = max(2 * min(cfg.hand_size, cfg.num_kinds), 1 + cfg.colours)
         self.gd.tensor_size = cfg.tensor_size
         self.gd.deal_length = cfg.num_cards
-        self.gd.max_game_length = 2 * cfg.max_turns
+        self.gd.max_game_length = 2 * cfg.turn_limit
         self.gd.max_utility = self._max_score()
         self.gd.deal_seed = _deal_seed
         self.gd.deal_order = _deal_order
@@ -677,6 +720,7 @@ cdef class LostCitiesGame(Game):
         self.gd.info_state = _info_state
         self.gd.check = _check
         self.gd.rollout_action = _rollout_action
+        self.gd.resample = _resample
 
     def __reduce__(self):
         return (_load_lost_cities, (self.params,))
@@ -704,7 +748,7 @@ cdef class LostCitiesGame(Game):
             div = {"hand": self.cfg.wagers or 1, "my_expeditions": self.cfg.wagers or 1,
                    "opp_expeditions": self.cfg.wagers or 1, "opp_known_hand": self.cfg.wagers or 1,
                    "discards": self.cfg.wagers or 1, "deck_count": self.cfg.deck_size,
-                   "turn": self.cfg.max_turns}.get(name, 1)
+                   "turn": self.cfg.max_turns or LC_TENSOR_MAX_TURN}.get(name, 1)
             scale += [1.0 / max(div, 1)] * size
         return scale
 
@@ -764,6 +808,62 @@ cdef class LostCitiesGame(Game):
 
     def check_error(self, int code):
         return CHECK_MESSAGES.get(code, f"invariant {code} broken")
+
+    # ---- the action codec: ids to and from (verb, colour, value)
+    def _codec_check(self):
+        if self.cfg.lowest_value == 0:
+            raise ValueError("the action codec writes a wager as value 0, so it does not serve "
+                             "variants whose lowest card is 0 (lowest_value=0); use action_to_string")
+
+    def decode_action(self, int action):
+        """An action id as an `Action(verb, colour, value)`: verb "play",
+        "discard" or "draw"; colour the expedition's index (None for a draw
+        from the deck); value the card's face value, 0 for a wager, None for
+        draws. The action space has a wager slot per colour even in variants
+        without wagers. Out-of-range ids raise ValueError."""
+        K = self.cfg.num_kinds
+        self._codec_check()
+        if not 0 <= action < self.cfg.num_actions:
+            raise ValueError(f"action {action} out of range 0..{self.cfg.num_actions - 1}")
+        if action < 2 * K:
+            c, r = divmod(action % K, self.cfg.kinds_per_colour)
+            return Action("play" if action < K else "discard", c,
+                          0 if r == 0 else self.cfg.lowest_value + r - 1)
+        if action == 2 * K:
+            return Action("draw", None, None)
+        return Action("draw", action - 2 * K - 1, None)
+
+    def encode_action(self, verb, colour=None, value=None):
+        """The action id of (verb, colour, value), the inverse of decode_action.
+        `colour` may be an index or a letter of COLOUR_LETTERS; a draw with
+        colour None draws from the deck. Anything that names no action of
+        this game raises ValueError saying why."""
+        self._codec_check()
+        if isinstance(colour, str):
+            c = COLOUR_LETTERS.find(colour.upper()) if len(colour) == 1 else -1
+            if c < 0:
+                raise ValueError(f"unknown colour {colour!r}; colours: {COLOUR_LETTERS[:self.cfg.colours]}")
+            colour = c
+        if colour is not None and not (isinstance(colour, int) and 0 <= colour < self.cfg.colours):
+            raise ValueError(f"colour {colour!r} out of range 0..{self.cfg.colours - 1}")
+        K = self.cfg.num_kinds
+        if verb == "draw":
+            if value is not None:
+                raise ValueError("a draw takes no card value")
+            return 2 * K if colour is None else 2 * K + 1 + colour
+        if verb not in ("play", "discard"):
+            raise ValueError(f"unknown verb {verb!r}; verbs: play, discard, draw")
+        if colour is None or value is None:
+            raise ValueError(f"{verb} needs a colour and a card value (0 for a wager)")
+        if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+            r = 0
+        else:
+            r = value - self.cfg.lowest_value + 1
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= r <= self.cfg.ranks:
+                raise ValueError(f"no card of value {value!r} (values {self.cfg.lowest_value}.."
+                                 f"{self.cfg.lowest_value + self.cfg.ranks - 1}, 0 for a wager)")
+        kind = colour * self.cfg.kinds_per_colour + r
+        return kind if verb == "play" else K + kind
 
     def heuristic_action(self, State state):
         """The rule-based bot's move in `state` (see lc_heuristic_action)."""
@@ -831,6 +931,11 @@ cdef class LostCitiesState(State):
 
     def deck_size(self):
         return self._s().deck_len
+
+    def capped(self):
+        """True if the game ended at the turn cap with cards left in the deck
+        (the published rules would have gone on)."""
+        return bool(self._s().terminal and self._s().deck_len > 0)
 
     def turn(self):
         return self._s().turn

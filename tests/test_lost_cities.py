@@ -322,7 +322,7 @@ def test_bad_snapshots_are_rejected():
 
 @pytest.mark.parametrize("key,value", [
     ("colours", 0), ("colours", 7), ("ranks", 13), ("wagers", 5), ("hand_size", 0),
-    ("max_turns", 0), ("bonus_threshold", 0), ("lowest_value", -1)])
+    ("max_turns", -1), ("max_turns", 10001), ("bonus_threshold", 0), ("lowest_value", -1)])
 def test_bad_config_value_names_the_field(key, value):
     with pytest.raises(ValueError, match=f"'{key}' = {value} is out of range"):
         engine.load_game("lost_cities", **{key: value})
