@@ -18,6 +18,12 @@ except ImportError:  # progress bars are optional here
 
 
 def make_bot(kind, game, seed):
+    """A bot by name ("random", "heuristic"), or `kind` itself if it is any
+    object with a `.step(state)` method (a trained policy, your own bot)."""
+    if not isinstance(kind, str):
+        if callable(getattr(kind, "step", None)):
+            return kind
+        raise ValueError(f"a bot needs a .step(state) method, got {kind!r}")
     if kind == "random":
         return RandomBot(seed)
     if kind == "heuristic":
@@ -36,10 +42,16 @@ def wilson_interval(wins, n, z=1.96):
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def _label(bot):
+    return bot if isinstance(bot, str) else getattr(bot, "name", type(bot).__name__)
+
+
 def run_match(game, a, b, games, seed=0, progress=True):
+    """Bot a against bot b (names, or objects with `.step(state)`), seats
+    alternating; results from a's seat."""
     wins = ties = 0
     diffs = []
-    for g in tqdm(range(games), desc=f"{a} vs {b}", disable=not progress):
+    for g in tqdm(range(games), desc=f"{_label(a)} vs {_label(b)}", disable=not progress):
         seat = g % 2
         bots = [None, None]
         bots[seat] = make_bot(a, game, seed + 2 * g)

@@ -15,8 +15,13 @@ sys.path.insert(0, str(ROOT))
 
 import engine  # noqa: E402
 from batcher.networks import net_for_game  # noqa: E402
-from trainer.evaluate import (evaluate, exploitability, format_table, head_to_head,  # noqa: E402
+from engine.bots import HeuristicBot, play_game  # noqa: E402
+from engine.match import run_match  # noqa: E402
+from trainer.evaluate import (duplicate_match, evaluate, exploitability, format_table,  # noqa: E402
                               openspiel_exploitability, policy_probs)
+from trainer.exploiter import LocalBestResponse  # noqa: E402
+from trainer.policy import (AveragePolicy, CurrentPolicy, load_policy, parse_kind,  # noqa: E402
+                            regret_matching)
 
 torch.set_num_threads(1)
 
@@ -130,41 +135,40 @@ def test_exploitability_rejects_lost_cities():
         exploitability(game, net_for_game(game, hidden=(4,), seed=0))
 
 
-# ---------------------------------------------------------------- head to head
+# ---------------------------------------------------------------- duplicate deals
 
 def _check_counts(r, games):
-    assert r["games"] == games
+    assert r["games"] == games and r["deals"] == games // 2
     assert r["wins"] + r["losses"] + r["ties"] == games
-    assert 0 <= r["wins"] <= games and 0 <= r["ties"] <= games
-    assert r["win_rate"] == r["wins"] / games
-    lo, hi = r["win_rate_ci95"]
-    assert 0.0 <= lo <= r["win_rate"] <= hi <= 1.0
-    dlo, dhi = r["score_diff_ci95"]
-    assert dlo <= r["mean_score_diff"] <= dhi
-    assert r["games_by_seat"] == [(games + 1) // 2, games // 2]
-    assert sum(r["wins_by_seat"]) == r["wins"]
+    assert r["win_rate"] == pytest.approx((r["wins"] + 0.5 * r["ties"]) / games)
+    assert 0.0 <= r["win_rate_lo"] <= r["win_rate"] <= r["win_rate_hi"] <= 1.0
+    assert r["margin_lo"] <= r["margin"] <= r["margin_hi"]
+    assert r["margin"] == pytest.approx(sum(r["margin_by_seat"]) / 2)
 
 
-def test_head_to_head_classic_vs_random():
+def test_duplicate_match_classic_vs_random():
     game = engine.load_game("lost_cities")
     net = net_for_game(game, hidden=(16,), seed=0)
-    _check_counts(head_to_head(game, net, "random", 40, seed=5), 40)
+    r = duplicate_match(game, net, "random", 40, seed=5)
+    _check_counts(r, 40)
+    assert r["capped"] == 0
+    assert duplicate_match(game, net, "random", 39, seed=5)["games"] == 40      # rounded up to pairs
 
 
-def test_head_to_head_reproducible_and_opponents():
+def test_duplicate_match_reproducible_and_opponents():
     game = engine.load_game("lost_cities", **LC_SMALL)
     net = net_for_game(game, hidden=(8,), seed=1)
-    a = head_to_head(game, net, "random", 40, seed=7)
-    b = head_to_head(game, net, "random", 40, seed=7)
-    assert a == b
-    _check_counts(a, 40)
-    others = [head_to_head(game, net, "random", 40, seed=s) for s in (8, 9)]
+    a = duplicate_match(game, net, "random", 40, seed=7)
+    assert a == duplicate_match(game, net, "random", 40, seed=7)
+    others = [duplicate_match(game, net, "random", 40, seed=s) for s in (8, 9)]
     assert any(o != a for o in others)
-    g1 = head_to_head(game, net, "heuristic", 41, seed=7, greedy=True)
-    _check_counts(g1, 41)
-    assert g1 == head_to_head(game, net, "heuristic", 41, seed=7, greedy=True)
-    with pytest.raises(ValueError):
-        head_to_head(game, net, "nobody", 2)
+    g1 = duplicate_match(game, AveragePolicy(net, greedy=True), "heuristic", 40, seed=7)
+    _check_counts(g1, 40)
+    assert g1 == duplicate_match(game, AveragePolicy(net, greedy=True), "heuristic", 40, seed=7)
+    with pytest.raises(ValueError, match="unknown opponent"):
+        duplicate_match(game, net, "nobody", 2)
+    with pytest.raises(ValueError, match="step"):
+        duplicate_match(game, net, object(), 2)
 
 
 class _Recorder(nn.Module):
@@ -180,18 +184,42 @@ class _Recorder(nn.Module):
         return self.inner(x)
 
 
-def test_head_to_head_alternates_seats():
+class _DealRecorder:
+    """An opponent that plays the heuristic and notes, at its first move in
+    each game, its seat and the deck as it stands (next card first)."""
+
+    def __init__(self, game):
+        self.game = game
+        self.seen = []
+        self._games = set()
+
+    def step(self, state):
+        if id(state) not in self._games:
+            self._games.add(id(state))
+            self.seen.append((state.current_player(), tuple(state.deck())))
+        return self.game.heuristic_action(state)
+
+
+def test_duplicate_deals_swap_seats_on_the_same_deal():
     game = engine.load_game("lost_cities", **LC_SMALL)
-    assert game.information_state_segments()[0] == ("player", 2)
     rec = _Recorder(net_for_game(game, hidden=(8,), seed=2))
-    head_to_head(game, rec, "random", 1, seed=3)
-    assert rec.views and all(v == [0] for v in rec.views)      # game 0: the net is seat 0
-    rec.views.clear()
-    head_to_head(game, rec, "heuristic", 2, seed=3)
-    # Player 0 moves first, so game 1's opponent (seat 0) plays at once and
-    # the first forward serves both games: seat 0 in game 0, seat 1 in game 1.
-    assert rec.views[0] == [0, 1]
+    opp = _DealRecorder(game)
+    r = duplicate_match(game, rec, opp, 6, seed=3)
+    # the agent sits in seat 0 of games 0, 2, 4 and in seat 1 of games 1, 3, 5;
+    # so the recorder opponent opens games 1, 3, 5 from seat 0
     assert {p for v in rec.views for p in v} == {0, 1}
+    assert rec.views[0] == [0, 1, 0, 1, 0, 1]
+    decks = [game.new_initial_state(seed=3 + d).deck() for d in range(3)]
+    assert [(0, tuple(d)) for d in decks] == [s for s in opp.seen if s[0] == 0]
+    # seat 1: the agent opened from seat 0 and drew the deck's top card
+    assert [(1, tuple(d[1:])) for d in decks] == [s for s in opp.seen if s[0] == 1]
+    _check_counts(r, 6)
+
+
+def test_win_rate_interval_never_collapses():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    r = duplicate_match(game, _uniform_net(game), "heuristic", 20, seed=1)
+    assert r["win_rate"] == 0.0 and r["win_rate_hi"] > 0.05       # no wins in 20 games is not certainty
 
 
 def test_evaluate_lost_cities_keys():
@@ -200,9 +228,131 @@ def test_evaluate_lost_cities_keys():
     for opp in ("random", "heuristic"):
         k = f"vs_{opp}"
         assert m[f"{k}_win_rate_lo"] <= m[f"{k}_win_rate"] <= m[f"{k}_win_rate_hi"]
-        assert m[f"{k}_score_diff_lo"] <= m[f"{k}_score_diff"] <= m[f"{k}_score_diff_hi"]
-        assert m[f"{k}_games"] == 6
+        assert m[f"{k}_margin_lo"] <= m[f"{k}_margin"] <= m[f"{k}_margin_hi"]
+        assert m[f"{k}_games"] == 6 and m[f"{k}_capped"] == 0
     assert "vs_random_win_rate" in format_table(m)
+    e = evaluate(game, net_for_game(game, hidden=(8,), seed=0), lc_games=6, seed=1, opponents=("exploiter",),
+                 exploiter_games=2, worlds=2)
+    assert e["vs_exploiter_games"] == 2
+    assert e["exploiter_margin"] == -e["vs_exploiter_margin"]
+    assert e["exploiter_margin_lo"] <= e["exploiter_margin"] <= e["exploiter_margin_hi"]
+
+
+# ---------------------------------------------------------------- policies
+
+def test_current_policy_is_regret_matching_on_each_seats_net():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    nets = [_random_net(game, 3, 5.0), _random_net(game, 4, 5.0)]
+    pol = CurrentPolicy(nets, fallback="argmax")
+    states = [game.new_initial_state(seed=s) for s in range(6)]
+    for s in states[3:]:
+        s.apply_action(s.legal_actions()[0])
+        s.apply_action(s.legal_actions()[0])
+        s.apply_action(s.legal_actions()[0])               # player 1 to draw
+    info = np.stack([s.information_state_tensor() for s in states])
+    mask = np.stack([s.legal_actions_mask() for s in states])
+    players = np.array([s.current_player() for s in states])
+    assert list(players) == [0, 0, 0, 1, 1, 1]
+    probs = pol.probs(info, mask, players)
+    for i, p in enumerate(players):
+        with torch.no_grad():
+            adv = nets[p](torch.from_numpy(info[i:i + 1])).double().numpy()[0]
+        pos = np.where(mask[i] > 0, np.maximum(adv, 0), 0)
+        want = pos / pos.sum() if pos.sum() > 0 else np.eye(len(adv))[np.argmax(np.where(mask[i] > 0, adv, -np.inf))]
+        assert np.allclose(probs[i], want)
+    assert np.allclose(probs.sum(axis=1), 1.0) and (probs[mask == 0] == 0).all()
+
+
+def test_regret_matching_fallbacks():
+    adv = np.array([[-1.0, -0.5, -2.0], [-1.0, 3.0, 1.0]])
+    mask = np.array([[1, 0, 1], [1, 1, 1]])
+    am = regret_matching(adv, mask, "argmax")
+    assert am[0].tolist() == [1.0, 0.0, 0.0] and np.allclose(am[1], [0, 0.75, 0.25])
+    un = regret_matching(adv, mask, "uniform")
+    assert un[0].tolist() == [0.5, 0.0, 0.5]
+    with pytest.raises(ValueError):
+        regret_matching(adv, mask, "softmax")
+
+
+def test_greedy_and_sampled_read_outs():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    net = _random_net(game, 5, 0.5)
+    state = game.new_initial_state(seed=2)
+    sampled = AveragePolicy(net, seed=1)
+    greedy = AveragePolicy(net, greedy=True)
+    probs = sampled.action_probs(state)
+    assert greedy.step(state) == max(probs, key=probs.get)
+    assert len({sampled.step(state) for _ in range(60)}) > 1
+    assert greedy.name == "average-greedy" and sampled.name == "average"
+    with pytest.raises(ValueError, match="unknown policy"):
+        parse_kind("best")
+    assert parse_kind("current-greedy") == ("current", True)
+
+
+def test_load_policy_plays_as_a_bot(tmp_path):
+    from trainer.checkpoint import save_checkpoint
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    nets = {k: net_for_game(game, hidden=(8,), seed=i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
+    save_checkpoint(tmp_path, 3, {"config": {"game": {"name": "lost_cities", "params": LC_SMALL},
+                                             "traversal": {"fallback": "uniform"}},
+                                  "nets": {k: n.state_dict() for k, n in nets.items()},
+                                  "net_spec": nets["strategy"].spec()})
+    for kind in ("average", "current", "average-greedy", "current-greedy"):
+        bot = load_policy(tmp_path, kind=kind)
+        assert bot.iteration == 3 and bot.name == kind
+        final = play_game(bot.game, [bot, HeuristicBot(bot.game)], seed=1)
+        assert final.is_terminal()
+        r = run_match(bot.game, bot, "random", 4, progress=False)
+        assert r["games"] == 4
+    assert load_policy(tmp_path, kind="current").fallback == "uniform"
+    with pytest.raises(ValueError, match="no SD-CFR sums"):
+        load_policy(tmp_path, kind="sdcfr")
+
+
+# ---------------------------------------------------------------- the exploiter
+
+def test_exploiter_values_are_the_mean_over_its_worlds():
+    """action_values against an explicit recomputation with the State API:
+    the same worlds (StateBatch.resample's row streams), the heuristic to
+    finish the exploiter's turn, the agent's greedy turn, heuristic playouts."""
+    from engine._batch import StateBatch
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    agent = AveragePolicy(_random_net(game, 6, 3.0), greedy=True)
+    lbr = LocalBestResponse(game, agent, worlds=3, seed=0)
+    state = game.new_initial_state(seed=9)
+    for _ in range(6):
+        state.apply_action(game.heuristic_action(state))
+    seed = int(np.random.default_rng([0, 0x1B7]).integers(1 << 62))
+    legal, values = lbr.action_values(state)
+    assert legal == state.legal_actions()
+    worlds = StateBatch(game, 3)
+    worlds.fill(state)
+    worlds.resample(state.current_player(), seed)
+    me = state.current_player()
+    for a, v in zip(legal, values):
+        finals = []
+        for w in range(3):
+            s = worlds.state(w)
+            s.apply_action(a)
+            while not s.is_terminal() and s.current_player() == me:
+                s.apply_action(game.heuristic_action(s))
+            while not s.is_terminal() and s.current_player() != me:
+                s.apply_action(agent.step(s))
+            while not s.is_terminal():
+                s.apply_action(game.heuristic_action(s))
+            finals.append(s.returns()[me])
+        assert v == pytest.approx(np.mean(finals))
+
+
+def test_exploiter_beats_a_policy_that_ignores_the_game():
+    """Against a near-uniform policy the local best response wins big, and
+    more than the heuristic does: it searches against the agent it faces."""
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    agent = AveragePolicy(_uniform_net(game), seed=0)
+    expl = duplicate_match(game, agent, "exploiter", 8, seed=2, worlds=6)
+    assert expl["margin"] < -10 and expl["win_rate"] < 0.2
+    with pytest.raises(ValueError, match="at least one world"):
+        LocalBestResponse(game, agent, worlds=0)
 
 
 # ---------------------------------------------------------------- CLIs

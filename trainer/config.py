@@ -103,10 +103,20 @@ class ServiceSection:
 class EvalSection:
     every: int = 10
     """Evaluate every n iterations (0 = only at the end)."""
-    lc_games: int = 200
-    """Lost Cities: games per opponent."""
+    lc_games: int = 2000
+    """Lost Cities: games per opponent, in pairs on the same deal with seats swapped."""
     opponents: list = field(default_factory=lambda: ["random", "heuristic"])
-    """Lost Cities opponents."""
+    """Lost Cities opponents (random, heuristic)."""
+    policies: list = field(default_factory=lambda: ["average"])
+    """Read-outs to evaluate (average, current, sdcfr, each optionally -greedy); keys of the
+    first are plain (vs_heuristic_margin), of the others prefixed (current_vs_heuristic_margin)."""
+    exploiter_games: int = 0
+    """Lost Cities: games against the exploiter (a local best response to the first read-out)
+    at the run's first and last evaluation and every exploiter_every iterations (0 = never)."""
+    exploiter_every: int = 0
+    """Also play the exploiter every n iterations (0 = only first and last)."""
+    exploiter_worlds: int = 16
+    """The exploiter's sampled deals of the hidden cards per decision."""
     openspiel: bool = True
     """Poker: also compute exploitability with OpenSpiel (if installed)."""
 
@@ -277,6 +287,10 @@ def validate(cfg):
         ("eval.every", cfg.eval.every >= 0),
         ("eval.lc_games", cfg.eval.lc_games >= 0),
         ("eval.opponents", all(o in ("random", "heuristic") for o in cfg.eval.opponents)),
+        ("eval.policies", len(cfg.eval.policies) >= 1 and all(_policy_kind_ok(k) for k in cfg.eval.policies)),
+        ("eval.exploiter_games", cfg.eval.exploiter_games >= 0),
+        ("eval.exploiter_every", cfg.eval.exploiter_every >= 0),
+        ("eval.exploiter_worlds", cfg.eval.exploiter_worlds >= 1),
         ("run.checkpoint_every", cfg.run.checkpoint_every >= 0),
         ("traversal.algorithm", cfg.traversal.algorithm in ("external", "outcome")),
         ("traversal.fallback", cfg.traversal.fallback in ("argmax", "uniform")),
@@ -295,3 +309,12 @@ def validate(cfg):
 
 def config_to_dict(cfg):
     return dataclasses.asdict(cfg)
+
+
+def _policy_kind_ok(kind):
+    from trainer.policy import parse_kind
+    try:
+        parse_kind(str(kind))
+        return True
+    except ValueError:
+        return False

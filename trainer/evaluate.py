@@ -1,25 +1,26 @@
-"""Evaluation of a Deep CFR average strategy (the "strategy" net, or the
-SD-CFR average of trainer.sdcfr).
+"""Evaluation of a Deep CFR checkpoint's policies.
 
-    python -m trainer.evaluate CHECKPOINT [--opponent heuristic|random|both]
-                               [--games N] [--seed S] [--greedy] [--json]
-                               [--policy auto|network|sdcfr]
+    python -m trainer.evaluate RUN_OR_CHECKPOINT [--policy average|current|sdcfr[-greedy]]
+        [--opponent random,heuristic,exploiter | both | all] [--games 2000]
+        [--exploiter-games 400] [--worlds 16] [--seed S] [--json]
 
-Policy convention: the strategy net maps an info-state tensor to one logit per
-action id; the policy at a state is the softmax over the legal actions only
-(illegal logits masked to -inf), see `policy_probs`.
+Read-outs (trainer.policy): the average policy (the strategy net, or the
+exact SD-CFR average), the current policy (regret matching on the advantage
+nets), and greedy variants of each.
 
 Kuhn and Leduc poker: exact exploitability, from our own best response over
-the engine (`exploitability`), checked against OpenSpiel's
+the engine (trainer.exact), checked against OpenSpiel's
 (`openspiel_exploitability`) when pyspiel is installed. Both follow OpenSpiel:
 nash_conv = BR_0 + BR_1, exploitability = nash_conv / num_players.
 
-Lost Cities: batched head-to-head matches against RandomBot or HeuristicBot
-with alternating seats (`head_to_head`): win rate with a 95% Wilson interval
-and mean score difference with a 95% normal-approximation interval.
+Lost Cities: duplicate deals (`duplicate_match`): every deal is played twice
+with the seats swapped, and the win rate (a tie counts half) and the point
+margin come with 95% intervals over the deals. Opponents: RandomBot,
+HeuristicBot, any object with `.step(state)`, and the exploiter, a local
+best response to the policy itself (trainer.exploiter), whose margin is a
+lower bound on the policy's exploitability.
 """
 import argparse
-import itertools
 import json
 import math
 import sys
@@ -27,189 +28,13 @@ import sys
 import numpy as np
 import torch
 
-POKER_GAMES = ("kuhn_poker", "leduc_poker")
-# Cards in the deck of each poker game (deals are ordered tuples of distinct cards).
-_NUM_CARDS = {"kuhn_poker": 3, "leduc_poker": 6}
-OPPONENTS = ("random", "heuristic")
+from engine.bots import HeuristicBot, RandomBot
+from engine.match import wilson_interval
+from trainer.exact import POKER_GAMES, exploitability
+from trainer.policy import AveragePolicy, Policy, policy_from_checkpoint, policy_probs
 
-
-# --------------------------------------------------------------------------
-# The policy of a strategy net
-
-def _net_device(net):
-    for p in net.parameters():
-        return p.device
-    for b in net.buffers():
-        return b.device
-    return torch.device("cpu")
-
-
-def policy_probs(net, info, mask):
-    """Action probabilities of the strategy net: softmax of its logits over the
-    legal actions (mask nonzero), illegal actions get exactly 0.
-
-    info: float32 [n, T]; mask: bool/uint8/int8 [n, A]. Returns float64 [n, A].
-    One batched forward under torch.inference_mode. `net` may also be a
-    tabular policy with a `probs(info, mask)` method (trainer.sdcfr)."""
-    if not isinstance(net, torch.nn.Module) and hasattr(net, "probs"):
-        return net.probs(info, mask)
-    info = np.asarray(info, dtype=np.float32)
-    mask = np.asarray(mask).astype(bool)
-    if info.ndim != 2 or mask.ndim != 2 or info.shape[0] != mask.shape[0]:
-        raise ValueError(f"policy_probs needs info [n, T] and mask [n, A], got {info.shape} and {mask.shape}")
-    n, num_actions = mask.shape
-    if n == 0:
-        return np.zeros((0, num_actions), dtype=np.float64)
-    if not mask.any(axis=1).all():
-        bad = int(np.flatnonzero(~mask.any(axis=1))[0])
-        raise ValueError(f"policy_probs: row {bad} has no legal action")
-    with torch.inference_mode():
-        x = torch.from_numpy(np.ascontiguousarray(info)).to(_net_device(net))
-        logits = net(x).detach().to("cpu", torch.float64).numpy()
-    if logits.shape != (n, num_actions):
-        raise ValueError(f"net output has shape {logits.shape}, expected {(n, num_actions)}")
-    logits = np.where(mask, logits, -np.inf)
-    logits = logits - logits.max(axis=1, keepdims=True)
-    e = np.exp(logits)  # exp(-inf) == 0 exactly
-    return e / e.sum(axis=1, keepdims=True)
-
-
-# --------------------------------------------------------------------------
-# Exact exploitability over our engine (Kuhn, Leduc)
-
-class _Tree:
-    """The full game tree of a poker game, over every deal.
-
-    Nodes are numbered in depth-first order. Per node: `player` (-1 for a
-    terminal), `info` (index of the acting player's infoset, -1 at terminals),
-    `children` (list of (action, node)), `ret` (returns at terminals). `roots`
-    holds the root node of each deal; every deal has probability `chance_p`."""
-
-    def __init__(self, game):
-        name = game.name
-        if name not in _NUM_CARDS:
-            raise ValueError(f"exact exploitability covers {', '.join(POKER_GAMES)}, not {name}")
-        deals = list(itertools.permutations(range(_NUM_CARDS[name]), game.deal_length()))
-        self.chance_p = 1.0 / len(deals)
-        self.player, self.info, self.children, self.ret = [], [], [], []
-        self.roots = []
-        self.info_index = {}          # tensor bytes (of the acting player) -> infoset id
-        self.info_tensors, self.info_masks, self.info_player = [], [], []
-        self.info_nodes = []          # infoset id -> [node, ...]
-        for deal in deals:
-            state = game.new_initial_state(deal=list(deal))
-            self.roots.append(self._build(state))
-
-    def _build(self, state):
-        node = len(self.player)
-        self.player.append(-1)
-        self.info.append(-1)
-        self.children.append([])
-        self.ret.append(None)
-        if state.is_terminal():
-            self.ret[node] = state.returns()
-            return node
-        p = state.current_player()
-        t = state.information_state_tensor(p)
-        key = t.tobytes()
-        i = self.info_index.get(key)
-        if i is None:
-            i = self.info_index[key] = len(self.info_tensors)
-            self.info_tensors.append(t)
-            self.info_masks.append(state.legal_actions_mask())
-            self.info_player.append(p)
-            self.info_nodes.append([])
-        self.info_nodes[i].append(node)
-        self.player[node] = p
-        self.info[node] = i
-        kids = []
-        for a in state.legal_actions():
-            state.apply_action(a)
-            kids.append((a, self._build(state)))
-            state.undo_action()
-        self.children[node] = kids
-        return node
-
-    def best_response_value(self, br_player, policy):
-        """Value for `br_player` of a best response to `policy` ([infosets, A])
-        played by the other player."""
-        n = len(self.player)
-        # Opponent-and-chance reach of every node, top-down (children follow parents).
-        reach = np.zeros(n)
-        for root in self.roots:
-            reach[root] = self.chance_p
-            stack = [root]
-            while stack:
-                h = stack.pop()
-                if self.player[h] < 0:
-                    continue
-                own = self.player[h] == br_player
-                pol = policy[self.info[h]]
-                for a, c in self.children[h]:
-                    reach[c] = reach[h] if own else reach[h] * pol[a]
-                    stack.append(c)
-
-        value = [None] * n
-        br_action = {}
-
-        def val(h):
-            v = value[h]
-            if v is not None:
-                return v
-            p = self.player[h]
-            if p < 0:
-                v = self.ret[h][br_player]
-            elif p == br_player:
-                a = best(self.info[h])
-                v = next(val(c) for b, c in self.children[h] if b == a)
-            else:
-                pol = policy[self.info[h]]
-                v = sum(pol[a] * val(c) for a, c in self.children[h])
-            value[h] = v
-            return v
-
-        def best(i):
-            a = br_action.get(i)
-            if a is not None:
-                return a
-            # Perfect recall: the subtrees below this infoset never return to it.
-            totals = {}
-            for h in self.info_nodes[i]:
-                for b, c in self.children[h]:
-                    totals[b] = totals.get(b, 0.0) + reach[h] * val(c)
-            a = max(totals, key=lambda b: (totals[b], -b))  # ties: lowest action id
-            br_action[i] = a
-            return a
-
-        # Recursion depth is bounded by the game length (a few dozen frames).
-        return sum(self.chance_p * val(r) for r in self.roots)
-
-
-_TREES = {}
-
-
-def _tree(game):
-    """The game tree of a poker game, built once per game name."""
-    t = _TREES.get(game.name)
-    if t is None:
-        t = _TREES[game.name] = _Tree(game)
-    return t
-
-
-def exploitability(game, net):
-    """Exact exploitability of the strategy net's policy on kuhn_poker or
-    leduc_poker, from our own best response over the engine.
-
-    Every deal (ordered tuple of distinct cards, equally likely) and the whole
-    betting tree are enumerated; the net is queried once, in one batch, for
-    all distinct info states. Returns {"nash_conv": BR_0 + BR_1,
-    "exploitability": nash_conv / 2}, OpenSpiel's definitions."""
-    tree = _tree(game)
-    policy = policy_probs(net, np.stack(tree.info_tensors), np.stack(tree.info_masks))
-    br = [tree.best_response_value(p, policy) for p in (0, 1)]
-    nash_conv = float(br[0] + br[1])
-    return {"nash_conv": nash_conv, "exploitability": nash_conv / 2,
-            "br_value_0": float(br[0]), "br_value_1": float(br[1])}
+OPPONENTS = ("random", "heuristic", "exploiter")
+DEFAULT_OPPONENTS = ("random", "heuristic")
 
 
 # --------------------------------------------------------------------------
@@ -242,52 +67,79 @@ def openspiel_exploitability(game_name, net):
 
 
 # --------------------------------------------------------------------------
-# Lost Cities: batched matches against the bots
+# Lost Cities: duplicate-deal matches
 
-def _make_opponent(kind, game, seed):
-    from engine.match import make_bot
-    if kind not in OPPONENTS:
-        raise ValueError(f"unknown opponent {kind!r}; known: {', '.join(OPPONENTS)}")
-    return make_bot(kind, game, seed)
-
-
-def _sample(probs, rng, greedy):
-    if greedy:
-        return probs.argmax(axis=1)
-    cum = np.cumsum(probs, axis=1)
-    u = rng.random(len(probs)) * cum[:, -1]
-    # First index whose cumulative sum exceeds u: its probability is > 0, so legal.
-    return (cum > u[:, None]).argmax(axis=1)
+def _as_policy(agent, seed=0, greedy=False):
+    """A trainer.policy.Policy from a Policy, a strategy net or a tabular average."""
+    if isinstance(agent, Policy):
+        return agent
+    return AveragePolicy(agent, greedy=greedy, seed=seed)
 
 
-def head_to_head(game, net, opponent, games, seed=0, greedy=False, progress=False):
-    """Play `games` games of the strategy-net policy against `opponent`
-    ("random" or "heuristic"). Game g: the net sits in seat g % 2, the deal
-    comes from seed + g, a random opponent is seeded with seed + 2g + 1. All
-    games advance together; the net's decisions across games at each step are
-    one forward. Moves are sampled from the policy (numpy Generator seeded
-    from `seed`), or the argmax if `greedy`.
+def make_opponent(kind, game, agent, seed=0, worlds=16):
+    """An opponent bot by name: "random", "heuristic", or "exploiter" (a local
+    best response to `agent`, trainer.exploiter). Any other object with
+    `.step(state)` is used as it is."""
+    if not isinstance(kind, str):
+        if not callable(getattr(kind, "step", None)):
+            raise ValueError(f"an opponent needs a .step(state) method, got {kind!r}")
+        return kind
+    if kind == "exploiter":
+        from trainer.exploiter import LocalBestResponse
+        return LocalBestResponse(game, agent, worlds=worlds, seed=seed)
+    if kind == "random":
+        return RandomBot(seed)
+    if kind == "heuristic":
+        return HeuristicBot(game)
+    raise ValueError(f"unknown opponent {kind!r}; known: {', '.join(OPPONENTS)}")
 
-    Returns {"games", "wins", "ties", "win_rate", "win_rate_ci95",
-    "mean_score_diff", "score_diff_ci95", "games_by_seat", "wins_by_seat"};
-    score differences are from the net's seat (state.returns()[seat])."""
-    from engine.match import wilson_interval
+
+def mean_ci(x, lo=-math.inf, hi=math.inf):
+    """(mean, low, high): a 95% normal interval for the mean of the
+    independent values x, clipped to [lo, hi]."""
+    x = np.asarray(x, dtype=np.float64)
+    m = float(x.mean())
+    half = 1.96 * float(x.std(ddof=1)) / math.sqrt(len(x)) if len(x) > 1 else math.inf
+    return m, max(lo, m - half), min(hi, m + half)
+
+
+def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=False):
+    """Play `agent` (a Policy, or a strategy net) against `opponent` on
+    duplicate deals: deal d (dealt from seed + d) is played twice, with the
+    agent in seat 0 and then in seat 1, so most of the luck of the deal
+    cancels. `games` is rounded up to an even number. All games advance
+    together: the agent's decisions across games are one batched forward per
+    step; the opponent moves game by game through `.step(state)`.
+
+    Win rate (a tie counts half) and point margin are from the agent's seat.
+    Their 95% intervals treat each deal's pair of games as one independent
+    unit. Returns {"games", "deals", "win_rate", "win_rate_lo", "win_rate_hi",
+    "margin", "margin_lo", "margin_hi", "wins", "ties", "losses", "capped",
+    "margin_by_seat"}; "capped" counts games ended by the turn cap."""
     if games < 1:
-        raise ValueError("head_to_head needs at least one game")
-    states = [game.new_initial_state(seed=seed + g) for g in range(games)]
-    seats = [g % 2 for g in range(games)]
-    bots = [_make_opponent(opponent, game, seed + 2 * g + 1) for g in range(games)]
-    rng = np.random.default_rng(seed)
-    active = list(range(games))
+        raise ValueError("a match needs at least one game")
+    agent = _as_policy(agent, seed)
+    deals = (games + 1) // 2
+    n = 2 * deals
+    states = [game.new_initial_state(seed=seed + g // 2) for g in range(n)]
+    seats = np.array([g % 2 for g in range(n)])
+    if isinstance(opponent, str) and opponent == "random":
+        # both games of a deal face the same random stream
+        bots = [RandomBot(seed * 1000003 + g // 2) for g in range(n)]
+    else:
+        bot = make_opponent(opponent, game, agent, seed=seed, worlds=worlds)
+        bots = [bot] * n
+    name = opponent if isinstance(opponent, str) else type(opponent).__name__
+    active = list(range(n))
     bar = None
     if progress:
         try:
             from tqdm import tqdm
-            bar = tqdm(total=games, desc=f"vs {opponent}")
+            bar = tqdm(total=n, desc=f"{agent.name} vs {name}", leave=False)
         except ImportError:
             bar = None
     while active:
-        # Opponents move until each game waits on the net (or ends).
+        # opponents move until each game waits on the agent (or ends)
         waiting = []
         for g in active:
             s = states[g]
@@ -302,26 +154,24 @@ def head_to_head(game, net, opponent, games, seed=0, greedy=False, progress=Fals
             break
         info = np.stack([states[g].information_state_tensor(seats[g]) for g in active])
         mask = np.stack([states[g].legal_actions_mask() for g in active])
-        actions = _sample(policy_probs(net, info, mask), rng, greedy)
-        for g, a in zip(active, actions):
+        for g, a in zip(active, agent.actions(info, mask, seats[active])):
             states[g].apply_action(int(a))
     if bar is not None:
         bar.close()
 
-    diffs = np.array([states[g].returns()[seats[g]] for g in range(games)], dtype=np.float64)
-    seat_arr = np.array(seats)
-    wins = int((diffs > 0).sum())
-    ties = int((diffs == 0).sum())
-    mean = float(diffs.mean())
-    sd = float(diffs.std(ddof=1)) if games > 1 else 0.0
-    half = 1.96 * sd / math.sqrt(games)
-    # wilson_interval can round a hair past [0, 1] (e.g. -7e-18 at 0 wins).
-    lo, hi = wilson_interval(wins, games)
-    return {"games": games, "wins": wins, "ties": ties, "losses": games - wins - ties,
-            "win_rate": wins / games, "win_rate_ci95": (max(0.0, lo), min(1.0, hi)),
-            "mean_score_diff": mean, "score_diff_ci95": (mean - half, mean + half),
-            "games_by_seat": [int((seat_arr == s).sum()) for s in (0, 1)],
-            "wins_by_seat": [int(((seat_arr == s) & (diffs > 0)).sum()) for s in (0, 1)]}
+    diffs = np.array([states[g].returns()[seats[g]] for g in range(n)], dtype=np.float64)
+    points = np.where(diffs > 0, 1.0, np.where(diffs == 0, 0.5, 0.0))
+    win, win_lo, win_hi = mean_ci(points.reshape(deals, 2).mean(axis=1), 0.0, 1.0)
+    # the pairs' interval collapses when every game ends alike (0 or 100%):
+    # never report one narrower than the games' Wilson interval
+    w_lo, w_hi = wilson_interval(float(points.sum()), n)
+    win_lo, win_hi = max(0.0, min(win_lo, w_lo)), min(1.0, max(win_hi, w_hi))
+    margin, margin_lo, margin_hi = mean_ci(diffs.reshape(deals, 2).mean(axis=1))
+    capped = sum(bool(getattr(s, "capped", lambda: False)()) for s in states)
+    return {"games": n, "deals": deals, "win_rate": win, "win_rate_lo": win_lo, "win_rate_hi": win_hi,
+            "margin": margin, "margin_lo": margin_lo, "margin_hi": margin_hi,
+            "wins": int((diffs > 0).sum()), "ties": int((diffs == 0).sum()), "losses": int((diffs < 0).sum()),
+            "capped": int(capped), "margin_by_seat": [float(diffs[seats == p].mean()) for p in (0, 1)]}
 
 
 # --------------------------------------------------------------------------
@@ -335,39 +185,58 @@ def _pyspiel_available():
         return False
 
 
-def evaluate(game, net, lc_games=200, opponents=OPPONENTS, seed=0, openspiel=True,
-             greedy=False, progress=False):
-    """All metrics of a strategy net on its game, as a flat dict.
+def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, openspiel=True,
+             exploiter_games=None, worlds=16, progress=False):
+    """All metrics of a policy on its game, as a flat dict. `agent` is a
+    trainer.policy.Policy, a strategy net, or a tabular average.
 
     Poker: "exploitability", "nash_conv" (our best response) and, if
     `openspiel` and pyspiel imports, "openspiel_exploitability" and
-    "openspiel_nash_conv". Lost Cities, per opponent X: "vs_X_win_rate",
-    "vs_X_win_rate_lo"/"_hi" (95% Wilson), "vs_X_score_diff", "vs_X_score_diff_lo"/"_hi",
-    "vs_X_games", "vs_X_wins", "vs_X_ties"."""
+    "openspiel_nash_conv". Lost Cities, per opponent X, on duplicate deals
+    (`duplicate_match`): "vs_X_win_rate" and "vs_X_margin", each with "_lo"
+    and "_hi" (95%), "vs_X_games", "vs_X_capped". Against "exploiter" (its
+    games: `exploiter_games`, default lc_games) also "exploiter_margin" with
+    "_lo"/"_hi": the exploiter's margin, a lower bound on exploitability."""
     if game.name in POKER_GAMES:
-        own = exploitability(game, net)
+        policy = agent.net if isinstance(agent, AveragePolicy) else agent
+        if isinstance(agent, Policy) and not isinstance(agent, AveragePolicy):
+            policy = _TabularView(agent, game)
+        own = exploitability(game, policy)
         out = {"exploitability": own["exploitability"], "nash_conv": own["nash_conv"]}
         if openspiel and _pyspiel_available():
-            ref = openspiel_exploitability(game.name, net)
+            ref = openspiel_exploitability(game.name, policy)
             out["openspiel_exploitability"] = ref["exploitability"]
             out["openspiel_nash_conv"] = ref["nash_conv"]
         return out
     if game.name == "lost_cities":
         if isinstance(opponents, str):
             opponents = (opponents,)
+        agent = _as_policy(agent, seed)
         out = {}
         for opp in opponents:
-            r = head_to_head(game, net, opp, lc_games, seed=seed, greedy=greedy, progress=progress)
+            n = exploiter_games if (opp == "exploiter" and exploiter_games) else lc_games
+            r = duplicate_match(game, agent, opp, n, seed=seed, worlds=worlds, progress=progress)
             k = f"vs_{opp}"
-            out[f"{k}_win_rate"] = r["win_rate"]
-            out[f"{k}_win_rate_lo"], out[f"{k}_win_rate_hi"] = r["win_rate_ci95"]
-            out[f"{k}_score_diff"] = r["mean_score_diff"]
-            out[f"{k}_score_diff_lo"], out[f"{k}_score_diff_hi"] = r["score_diff_ci95"]
-            out[f"{k}_games"] = r["games"]
-            out[f"{k}_wins"] = r["wins"]
-            out[f"{k}_ties"] = r["ties"]
+            for field in ("win_rate", "win_rate_lo", "win_rate_hi", "margin", "margin_lo", "margin_hi",
+                          "games", "capped"):
+                out[f"{k}_{field}"] = r[field]
+            if opp == "exploiter":
+                out["exploiter_margin"] = -r["margin"]
+                out["exploiter_margin_lo"], out["exploiter_margin_hi"] = -r["margin_hi"], -r["margin_lo"]
         return out
     raise ValueError(f"no evaluation for game {game.name!r}")
+
+
+class _TabularView:
+    """A Policy as the `probs(info, mask)` object exploitability() takes, for
+    poker games, where the acting player is read off the info-state tensor."""
+
+    def __init__(self, policy, game):
+        self.policy = policy
+
+    def probs(self, info, mask):
+        players = np.asarray(info)[:, 1].astype(np.int64)   # poker tensors start with the player one-hot
+        return self.policy.probs(info, mask, players)
 
 
 def _fmt(v):
@@ -406,57 +275,89 @@ def _jsonable(v):
     return v
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m trainer.evaluate",
-                                 description="Evaluate the strategy net of a Deep CFR checkpoint.")
+def build_parser():
+    ap = argparse.ArgumentParser(
+        prog="python -m trainer.evaluate",
+        description="Evaluate a read-out of a Deep CFR checkpoint: exact exploitability for poker; "
+                    "duplicate-deal matches with 95%% intervals for Lost Cities.")
     ap.add_argument("checkpoint", help="checkpoint file or run directory (its latest checkpoint)")
-    ap.add_argument("--opponent", choices=["heuristic", "random", "both"], default="both",
-                    help="Lost Cities opponent(s) (default: both)")
-    ap.add_argument("--games", type=int, default=200, help="Lost Cities games per opponent (default 200)")
+    ap.add_argument("--policy", default="auto",
+                    help="read-out: average (the strategy net), current (the advantage nets' regret "
+                         "matching), sdcfr (the exact SD-CFR average), each optionally -greedy; "
+                         "default auto: sdcfr if the checkpoint holds it, else average")
+    ap.add_argument("--opponent", default="random,heuristic",
+                    help="Lost Cities opponents, comma-separated, of: random, heuristic, exploiter "
+                         "(a local best response to the policy); 'both' = random,heuristic, "
+                         "'all' = all three (default random,heuristic)")
+    ap.add_argument("--games", type=int, default=2000,
+                    help="Lost Cities games per opponent, as pairs of games on the same deal "
+                         "with seats swapped (default 2000)")
+    ap.add_argument("--exploiter-games", type=int, default=400,
+                    help="games against the exploiter, which searches at every move (default 400)")
+    ap.add_argument("--worlds", type=int, default=16,
+                    help="the exploiter's sampled deals of the hidden cards per decision (default 16)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--greedy", action="store_true", help="play the argmax action instead of sampling")
+    ap.add_argument("--greedy", action="store_true", help="same as appending -greedy to --policy")
     ap.add_argument("--no-openspiel", action="store_true", help="poker: skip OpenSpiel's cross-check")
     ap.add_argument("--progress", action="store_true", help="progress bars for Lost Cities matches")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    ap.add_argument("--policy", choices=["auto", "network", "sdcfr"], default="auto",
-                    help="average policy to evaluate: the strategy net, or the SD-CFR sums a "
-                         "train.average=sdcfr checkpoint holds (default auto: sdcfr if present)")
-    args = ap.parse_args(argv)
-    if args.games < 1:
-        ap.error("--games must be at least 1")
+    return ap
 
-    from trainer.checkpoint import build_net, game_of, load_checkpoint
+
+def _opponent_list(text):
+    named = {"both": ["random", "heuristic"], "all": list(OPPONENTS)}
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        for o in named.get(part, [part]):
+            if o not in OPPONENTS:
+                raise ValueError(f"unknown opponent {o!r}; known: {', '.join(OPPONENTS)}, both, all")
+            if o not in out:
+                out.append(o)
+    return out
+
+
+def main(argv=None):
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)        # small batches: one thread is fastest, and never stalls on a busy machine
+    if args.games < 1 or args.exploiter_games < 1:
+        ap.error("--games and --exploiter-games must be at least 1")
+    if args.worlds < 1:
+        ap.error("--worlds must be at least 1")
+    try:
+        opponents = _opponent_list(args.opponent)
+    except ValueError as e:
+        ap.error(str(e))
+
+    from trainer.checkpoint import game_of, load_checkpoint
     try:
         ckpt = load_checkpoint(args.checkpoint)
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    use_sdcfr = args.policy == "sdcfr" or (args.policy == "auto" and "sdcfr" in ckpt)
-    if use_sdcfr and "sdcfr" not in ckpt:
-        print(f"error: {ckpt['path']}: --policy sdcfr, but the run was trained with train.average=network "
-              "(no SD-CFR sums in the checkpoint)", file=sys.stderr)
-        return 2
+    kind = args.policy
+    if kind in ("auto", "network"):          # "network": the earlier name of "average"
+        kind = "sdcfr" if (kind == "auto" and "sdcfr" in ckpt) else "average"
+    if args.greedy and not kind.endswith("-greedy"):
+        kind += "-greedy"
     try:
         game = game_of(ckpt)
-        if use_sdcfr:
-            from trainer.sdcfr import TabularAverage
-            net = TabularAverage(game)
-            net.load_state_dict(ckpt["sdcfr"])
-        else:
-            net = build_net(ckpt, "strategy")
-    except (KeyError, ValueError, RuntimeError) as e:
-        print(f"error: {ckpt['path']}: cannot rebuild game/average policy: {e!r}", file=sys.stderr)
+        policy = policy_from_checkpoint(ckpt, kind, seed=args.seed)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    opponents = OPPONENTS if args.opponent == "both" else (args.opponent,)
-    metrics = evaluate(game, net, lc_games=args.games, opponents=opponents, seed=args.seed,
-                       openspiel=not args.no_openspiel, greedy=args.greedy, progress=args.progress)
+    except (KeyError, RuntimeError) as e:
+        print(f"error: {ckpt['path']}: cannot rebuild the game or the {kind} policy: {e!r}", file=sys.stderr)
+        return 2
+    metrics = evaluate(game, policy, lc_games=args.games, opponents=opponents, seed=args.seed,
+                       openspiel=not args.no_openspiel, exploiter_games=args.exploiter_games,
+                       worlds=args.worlds, progress=args.progress)
     if args.json:
         print(json.dumps(_jsonable({"checkpoint": ckpt["path"], "iteration": ckpt.get("iteration"),
-                                    "game": game.name, "policy": "sdcfr" if use_sdcfr else "network",
-                                    **metrics})))
+                                    "game": game.name, "policy": policy.name, **metrics})))
     else:
-        print(f"{ckpt['path']}  (game {game.name}, iteration {ckpt.get('iteration')}, "
-              f"policy {'sdcfr' if use_sdcfr else 'network'})")
+        print(f"{ckpt['path']}  (game {game.name}, iteration {ckpt.get('iteration')}, policy {policy.name})")
         print(format_table(metrics))
     return 0
 

@@ -19,6 +19,9 @@ net (`train.average: network`).
 import numpy as np
 import torch
 
+from trainer.exact import _tree
+from trainer.policy import regret_matching
+
 
 class TabularAverage:
     """Running reach-weighted sums of every iteration's regret-matching policy
@@ -28,7 +31,6 @@ class TabularAverage:
     the highest advantage (lowest action id on ties), "uniform" plays uniformly."""
 
     def __init__(self, game, fallback="argmax"):
-        from trainer.evaluate import _tree
         if fallback not in ("argmax", "uniform"):
             raise ValueError(f"fallback must be argmax or uniform, got {fallback!r}")
         tree = _tree(game)
@@ -71,22 +73,7 @@ class TabularAverage:
     def regret_matching(self, advantages, masks):
         """Regret matching on [n, A] advantages over the legal actions (masks
         [n, A]), as the traverser does it (float64 [n, A])."""
-        adv = np.asarray(advantages, dtype=np.float64)
-        masks = np.asarray(masks).astype(bool)
-        pos = np.where(masks, np.maximum(adv, 0.0), 0.0)
-        total = pos.sum(axis=1, keepdims=True)
-        sigma = np.divide(pos, total, out=np.zeros_like(pos), where=total > 0)
-        none = total[:, 0] <= 0
-        if none.any():
-            if self.fallback == "uniform":
-                legal = masks[none].astype(np.float64)
-                sigma[none] = legal / legal.sum(axis=1, keepdims=True)
-            else:
-                masked = np.where(masks[none], adv[none], -np.inf)
-                best = masked.argmax(axis=1)  # first maximum: the lowest action id
-                sigma[none] = 0.0
-                sigma[np.flatnonzero(none), best] = 1.0
-        return sigma
+        return regret_matching(advantages, masks, self.fallback)
 
     def own_reach(self, sigma):
         """Each info state's reach under its own player's policy `sigma`."""

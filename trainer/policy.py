@@ -1,0 +1,221 @@
+"""The policies a checkpoint can play, and the bot interface they share.
+
+    policy = trainer.load_policy("runs/RUN", kind="average")    # or a checkpoint file
+    action = policy.step(state)                                  # like engine.bots
+
+Read-outs (`kind`):
+    average          the strategy net: softmax of its logits over the legal actions
+    current          the advantage nets' regret matching (each seat uses its own net),
+                     with the run's fallback when no advantage is positive
+    sdcfr            the exact SD-CFR average a train.average=sdcfr checkpoint holds
+    ...-greedy       any of them, playing its most probable action
+
+Every policy answers `probs(info, masks, players)` for a batch (one forward
+per net) and `step(state)` for one state, so engine.match, trainer.evaluate
+and the exploiter play them all the same way. Any object with `.step(state)`
+can stand in as an opponent.
+"""
+import numpy as np
+import torch
+
+KINDS = ("average", "current", "sdcfr")
+
+
+def _net_device(net):
+    for p in net.parameters():
+        return p.device
+    for b in net.buffers():
+        return b.device
+    return torch.device("cpu")
+
+
+def _check_batch(info, mask):
+    info = np.asarray(info, dtype=np.float32)
+    mask = np.asarray(mask).astype(bool)
+    if info.ndim != 2 or mask.ndim != 2 or info.shape[0] != mask.shape[0]:
+        raise ValueError(f"a policy needs info [n, T] and mask [n, A], got {info.shape} and {mask.shape}")
+    if len(mask) and not mask.any(axis=1).all():
+        bad = int(np.flatnonzero(~mask.any(axis=1))[0])
+        raise ValueError(f"row {bad} has no legal action")
+    return info, mask
+
+
+def _forward(net, info):
+    with torch.inference_mode():
+        x = torch.from_numpy(np.ascontiguousarray(info)).to(_net_device(net))
+        return net(x).detach().to("cpu", torch.float64).numpy()
+
+
+def policy_probs(net, info, mask):
+    """Action probabilities of a strategy net: softmax of its logits over the
+    legal actions (mask nonzero); illegal actions get exactly 0.
+
+    info: float32 [n, T]; mask: bool/uint8/int8 [n, A]. Returns float64 [n, A].
+    One batched forward under torch.inference_mode. `net` may also be a
+    tabular policy with a `probs(info, mask)` method (trainer.sdcfr)."""
+    if not isinstance(net, torch.nn.Module) and hasattr(net, "probs"):
+        return net.probs(info, mask)
+    info, mask = _check_batch(info, mask)
+    n, num_actions = mask.shape
+    if n == 0:
+        return np.zeros((0, num_actions), dtype=np.float64)
+    logits = _forward(net, info)
+    if logits.shape != (n, num_actions):
+        raise ValueError(f"net output has shape {logits.shape}, expected {(n, num_actions)}")
+    logits = np.where(mask, logits, -np.inf)
+    logits = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(logits)  # exp(-inf) == 0 exactly
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def regret_matching(advantages, masks, fallback="argmax"):
+    """Regret matching on [n, A] advantages over the legal actions (masks
+    [n, A]), as the traverser does it: positive parts normalised; with none
+    positive, "argmax" plays the highest advantage (lowest id on ties),
+    "uniform" every legal action alike. Returns float64 [n, A]."""
+    if fallback not in ("argmax", "uniform"):
+        raise ValueError(f"fallback must be argmax or uniform, got {fallback!r}")
+    adv = np.asarray(advantages, dtype=np.float64)
+    masks = np.asarray(masks).astype(bool)
+    pos = np.where(masks, np.maximum(adv, 0.0), 0.0)
+    total = pos.sum(axis=1, keepdims=True)
+    sigma = np.divide(pos, total, out=np.zeros_like(pos), where=total > 0)
+    none = total[:, 0] <= 0
+    if none.any():
+        if fallback == "uniform":
+            legal = masks[none].astype(np.float64)
+            sigma[none] = legal / legal.sum(axis=1, keepdims=True)
+        else:
+            masked = np.where(masks[none], adv[none], -np.inf)
+            best = masked.argmax(axis=1)  # first maximum: the lowest action id
+            sigma[none] = 0.0
+            sigma[np.flatnonzero(none), best] = 1.0
+    return sigma
+
+
+def sample_actions(probs, rng, greedy=False):
+    """One action per row of probs [n, A]: sampled with numpy Generator `rng`,
+    or the most probable (lowest id on ties) if `greedy`."""
+    if greedy:
+        return probs.argmax(axis=1)
+    cum = np.cumsum(probs, axis=1)
+    u = rng.random(len(probs)) * cum[:, -1]
+    # first index whose cumulative sum exceeds u: its probability is > 0, so legal
+    return (cum > u[:, None]).argmax(axis=1)
+
+
+class Policy:
+    """A playable read-out of trained nets. Subclasses give `_probs`."""
+
+    kind = "policy"
+
+    def __init__(self, greedy=False, seed=0):
+        self.greedy = bool(greedy)
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def name(self):
+        return self.kind + ("-greedy" if self.greedy else "")
+
+    def probs(self, info, masks, players):
+        """float64 [n, A] action probabilities of rows info [n, T] (each the
+        info state of players[n], the player to act) over masks [n, A]."""
+        info, masks = _check_batch(info, masks)
+        players = np.broadcast_to(np.asarray(players, dtype=np.int64), (len(info),))
+        if len(info) == 0:
+            return np.zeros(masks.shape, dtype=np.float64)
+        return self._probs(info, masks, players)
+
+    def actions(self, info, masks, players):
+        """One action per row, sampled (or greedy) with the policy's own RNG."""
+        return sample_actions(self.probs(info, masks, players), self.rng, self.greedy)
+
+    def action_probs(self, state):
+        """{action: probability} at `state` for the player to act."""
+        p = state.current_player()
+        probs = self.probs(state.information_state_tensor(p)[None], state.legal_actions_mask()[None], [p])[0]
+        return {a: float(probs[a]) for a in state.legal_actions()}
+
+    def step(self, state):
+        p = state.current_player()
+        return int(self.actions(state.information_state_tensor(p)[None], state.legal_actions_mask()[None], [p])[0])
+
+
+class AveragePolicy(Policy):
+    """The average strategy: a strategy net (softmax over legal actions), or
+    a tabular SD-CFR average (kind "sdcfr")."""
+
+    def __init__(self, net, greedy=False, seed=0, kind="average"):
+        super().__init__(greedy, seed)
+        self.net = net
+        self.kind = kind
+
+    def _probs(self, info, masks, players):
+        return policy_probs(self.net, info, masks)
+
+
+class CurrentPolicy(Policy):
+    """The current policy: regret matching on the advantage net of the seat
+    to act (adv_nets[0] for player 0, adv_nets[1] for player 1)."""
+
+    kind = "current"
+
+    def __init__(self, adv_nets, fallback="argmax", greedy=False, seed=0):
+        super().__init__(greedy, seed)
+        if len(adv_nets) != 2:
+            raise ValueError("the current policy needs one advantage net per player")
+        self.adv_nets = list(adv_nets)
+        self.fallback = fallback
+        regret_matching(np.zeros((1, 1)), np.ones((1, 1)), fallback)   # validates fallback
+
+    def _probs(self, info, masks, players):
+        out = np.zeros(masks.shape, dtype=np.float64)
+        for p in (0, 1):
+            rows = np.flatnonzero(players == p)
+            if len(rows):
+                out[rows] = regret_matching(_forward(self.adv_nets[p], info[rows]), masks[rows], self.fallback)
+        return out
+
+
+def parse_kind(kind):
+    """'current-greedy' -> ('current', True). Unknown kinds raise ValueError."""
+    base, greedy = (kind[:-len("-greedy")], True) if kind.endswith("-greedy") else (kind, False)
+    if base not in KINDS:
+        choices = ", ".join(k + s for k in KINDS for s in ("", "-greedy"))
+        raise ValueError(f"unknown policy {kind!r}; choose one of {choices}")
+    return base, greedy
+
+
+def policy_from_checkpoint(ckpt, kind="average", seed=0):
+    """A Policy of a loaded checkpoint (trainer.checkpoint.load_checkpoint)."""
+    from trainer.checkpoint import build_net, game_of
+    base, greedy = parse_kind(kind)
+    if base == "sdcfr":
+        if "sdcfr" not in ckpt:
+            raise ValueError(f"{ckpt.get('path')}: policy sdcfr, but the run was trained with "
+                             "train.average=network (no SD-CFR sums in the checkpoint)")
+        from trainer.sdcfr import TabularAverage
+        tab = TabularAverage(game_of(ckpt), fallback=_fallback(ckpt))
+        tab.load_state_dict(ckpt["sdcfr"])
+        return AveragePolicy(tab, greedy, seed, kind="sdcfr")
+    if base == "average":
+        return AveragePolicy(build_net(ckpt, "strategy"), greedy, seed)
+    return CurrentPolicy([build_net(ckpt, "adv0"), build_net(ckpt, "adv1")], _fallback(ckpt), greedy, seed)
+
+
+def _fallback(ckpt):
+    return ckpt.get("config", {}).get("traversal", {}).get("fallback", "argmax")
+
+
+def load_policy(run_or_checkpoint, kind="average", seed=0):
+    """A bot with `.step(state)` that plays a trained read-out: `kind` is one
+    of average, current, sdcfr, each optionally with -greedy (see the module
+    docstring). `run_or_checkpoint` is a run directory (its latest
+    checkpoint) or a checkpoint file. The bot's game is `policy.game`."""
+    from trainer.checkpoint import game_of, load_checkpoint
+    ckpt = load_checkpoint(run_or_checkpoint)
+    policy = policy_from_checkpoint(ckpt, kind, seed)
+    policy.game = game_of(ckpt)
+    policy.checkpoint = ckpt["path"]
+    policy.iteration = ckpt.get("iteration")
+    return policy
