@@ -357,36 +357,72 @@ def test_exploiter_beats_a_policy_that_ignores_the_game():
 
 # ---------------------------------------------------------------- CLIs
 
+def _lc_metrics(resume_at=None):
+    """A Lost Cities metrics file's rows: evaluations every 4th iteration, the
+    exploiter at the first and last, constants that say nothing."""
+    rows = []
+    wall = 0.0
+    for i in range(1, 13):
+        wall = 30.0 * i if resume_at is None or i < resume_at else 30.0 * (i - resume_at + 1)
+        d = {"iteration": i, "wall_s": wall, "adv_loss_0": 1.0 / i, "adv_loss_1": 2.0 / i,
+             "queries_per_s": 1e5 + i, "time_traverse_s": 2.0 + i % 3, "time_train_s": 1.0,
+             "batcher_mean_batch": 64.0, "restarts": 0}
+        if i % 4 == 0 or i == 1:
+            for opp, m in (("random", 50 + i), ("heuristic", -60 + 3 * i)):
+                d.update({f"vs_{opp}_margin": m, f"vs_{opp}_margin_lo": m - 5, f"vs_{opp}_margin_hi": m + 5,
+                          f"vs_{opp}_win_rate": 0.5 + m / 400, f"vs_{opp}_games": 2000,
+                          f"current_vs_{opp}_margin": m - 10})
+        if i in (1, 12):
+            d.update(vs_exploiter_margin=-80 + i, exploiter_margin=80 - i)
+        rows.append(d)
+    return rows
+
+
+def test_plot_panels_are_what_a_researcher_reads():
+    from trainer.plot import learning_panels, training_panels, wall_minutes
+    rows = _lc_metrics()
+    panels = learning_panels(rows)
+    assert [p[0] for p in panels] == ["point margin per game (from the agent's seat)", "win rate (a tie counts half)"]
+    margin_keys = [k for k, _, _ in panels[0][4]]
+    assert set(margin_keys) == {"vs_random_margin", "vs_heuristic_margin", "vs_exploiter_margin",
+                                "current_vs_random_margin", "current_vs_heuristic_margin"}
+    dashed = {k for k, _, d in panels[0][4] if d}
+    assert dashed == {"current_vs_random_margin", "current_vs_heuristic_margin"}
+    assert any("a floor on exploitability" in label for _, label, _ in panels[0][4])
+    shown = {k for p in training_panels(rows) for k, _, _ in p[4]}
+    # constants (the mean batch, the restart count, a fixed train time) are left out
+    assert shown == {"adv_loss_0", "adv_loss_1", "queries_per_s", "time_traverse_s"}
+    assert wall_minutes(rows)[-1] == pytest.approx(6.0)
+    # a resumed run's wall_s starts again at 0; the clock carries on
+    resumed = wall_minutes(_lc_metrics(resume_at=7))
+    assert all(b > a for a, b in zip(resumed, resumed[1:]))
+    poker = [{"iteration": i, "wall_s": i, "exploitability": 1.0 / i, "nash_conv": 2.0 / i} for i in range(1, 5)]
+    (title, _, log_y, _, lines), = learning_panels(poker)
+    assert title == "exploitability" and log_y and [k for k, _, _ in lines] == ["exploitability"]
+
+
 def test_plot_cli_writes_pngs(tmp_path):
     pytest.importorskip("matplotlib")
     run = tmp_path / "run"
     run.mkdir()
-    lines = []
-    for i in range(1, 13):
-        d = {"iteration": i, "adv_loss_0": 1.0 / i, "adv_loss_1": 2.0 / i, "strategy_loss": 0.3 / i,
-             "nodes_per_s": 1e5 + i, "samples_adv": 100 * i, "time_traverse_s": 2.0, "time_train_s": 1.0}
-        if i % 4 == 0:
-            d.update(exploitability=1.0 / i, vs_random_win_rate=0.5 + i / 40,
-                     vs_random_win_rate_lo=0.4, vs_random_win_rate_hi=0.9)
-        lines.append(json.dumps(d))
-    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(d) for d in _lc_metrics()) + "\n")
     r = subprocess.run([sys.executable, "-m", "trainer.plot", str(run)], cwd=ROOT, env=_env(),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     paths = [Path(p) for p in r.stdout.split()]
-    assert {p.name for p in paths} == {"evaluation.png", "losses.png", "throughput.png", "timings.png"}
+    assert {p.name for p in paths} == {"learning.png", "training.png"}
     for p in paths:
         assert p.parent == run / "plots"
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     from trainer.plot import main as plot_main
     out = tmp_path / "elsewhere"
-    # Only losses present in this file: one figure.
+    # only losses in this file: one figure
     (tmp_path / "m2").mkdir()
     (tmp_path / "m2" / "metrics.jsonl").write_text('{"iteration": 1, "strategy_loss": 0.5}\n'
-                                                   '{"iteration": 2}\n')
+                                                   '{"iteration": 2, "strategy_loss": 0.4}\n')
     assert plot_main([str(tmp_path / "m2"), "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["losses.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["training.png"]
 
 
 def test_plot_cli_errors(tmp_path):

@@ -1,27 +1,26 @@
 """Learning curves of a run: `python -m trainer.plot RUN_DIR [--out DIR]`.
 
-Reads RUN_DIR/metrics.jsonl (one JSON object per iteration; any numeric key
-may be missing from any line) and writes one PNG per group of metrics that
-has at least one key present, into RUN_DIR/plots (or --out):
+Reads RUN_DIR/metrics.jsonl (one JSON object per iteration; any key may be
+missing from any line) and writes, into RUN_DIR/plots (or --out):
 
-    evaluation.png   exploitability, nash_conv, vs_*_win_rate, vs_*_score_diff, ...
-    losses.png       *loss*
-    throughput.png   *_per_s, samples_*, nodes_*, batcher_*, *memory*, ...
-    timings.png      time_*, *_s
-    other.png        any other numeric key
+    learning.png   how strong the policy is, against wall-clock (left) and
+                   against iterations (right), with 95% bands:
+                   Lost Cities: the point margin per game against each
+                   opponent (random, heuristic, the exploiter, whose margin is
+                   a floor on exploitability) and the win rate;
+                   poker: exploitability on a log scale.
+    training.png   the advantage and strategy losses, the batcher's queries/s
+                   and where each iteration's time went.
 
-Each present key gets its own panel (x = "iteration", or the line number when
-a line has none); a key's "_lo"/"_hi" companions are drawn as a shaded 95%
-band. Prints the paths written. Needs matplotlib (Agg backend).
+A series whose values never change is left out (a panel of a constant says
+nothing). Read-outs other than the first carry a prefix (current_vs_...) and
+are drawn dashed. Prints the paths written. Needs matplotlib (Agg backend).
 """
 import argparse
 import json
 import math
 import sys
 from pathlib import Path
-
-GROUPS = ("evaluation", "losses", "throughput", "timings", "other")
-_SKIP = {"iteration", "time", "timestamp", "wall_time", "seed"}
 
 
 class MetricsError(Exception):
@@ -59,52 +58,137 @@ def read_metrics(path):
     return rows
 
 
-def group_of(key):
-    """Which figure a metric key belongs to."""
-    k = key.lower()
-    if (k in ("exploitability", "nash_conv") or k.startswith(("vs_", "openspiel_", "eval_"))
-            or "exploitability" in k or "nash_conv" in k or "win_rate" in k):
-        return "evaluation"
-    if "loss" in k:
-        return "losses"
-    if (k.endswith(("_per_s", "_per_sec")) or "memory" in k
-            or k.startswith(("samples", "nodes", "throughput", "batcher", "queries", "traversals"))):
-        return "throughput"
-    if k.startswith("time") or k.endswith(("_s", "_sec", "_seconds", "_time")):
-        return "timings"
-    return "other"
-
-
-def _series(rows):
-    """key -> ([x], [y]) for every numeric key (iteration excluded)."""
-    out = {}
+def wall_minutes(rows):
+    """Wall-clock minutes since the run began, per row. `wall_s` restarts at 0
+    when a run is resumed; the clock here continues from the last value."""
+    out, offset, last = [], 0.0, None
     for i, row in enumerate(rows):
-        x = row.get("iteration")
-        x = x if _is_number(x) else i + 1
-        for k, v in row.items():
-            if k in _SKIP or not _is_number(v):
-                continue
-            xs, ys = out.setdefault(k, ([], []))
-            xs.append(x)
-            ys.append(float(v))
+        w = row.get("wall_s")
+        if not _is_number(w):
+            out.append(None)
+            continue
+        if last is not None and w < last:
+            offset += last
+        last = w
+        out.append((offset + w) / 60.0)
     return out
 
 
-def _bands(series):
-    """Keys drawn as a main curve, with their (lo, hi) band keys if present."""
-    main = {}
-    for k in series:
-        for suffix in ("_lo", "_hi"):
-            if k.endswith(suffix) and k[: -len(suffix)] in series:
-                break
-        else:
-            lo, hi = k + "_lo", k + "_hi"
-            main[k] = (lo, hi) if lo in series and hi in series else None
-    return main
+def _points(rows, xs, key):
+    """(x, y, lo, hi) of every row holding `key` (lo/hi None without a band)."""
+    pts = []
+    for x, row in zip(xs, rows):
+        y = row.get(key)
+        if x is None or not _is_number(y):
+            continue
+        lo, hi = row.get(key + "_lo"), row.get(key + "_hi")
+        pts.append((x, float(y), float(lo) if _is_number(lo) else None, float(hi) if _is_number(hi) else None))
+    return pts
+
+
+def _varies(rows, key):
+    values = {row[key] for row in rows if _is_number(row.get(key))}
+    return len(values) > 1
+
+
+def _all_keys(rows):
+    seen = {}
+    for row in rows:
+        for k, v in row.items():
+            if _is_number(v):
+                seen.setdefault(k, None)
+    return list(seen)
+
+
+def _read_out(key, marker):
+    """('current', 'heuristic') for current_vs_heuristic_margin; the first
+    read-out has no prefix ('', ...)."""
+    i = key.find("vs_")
+    prefix = key[:i].rstrip("_")
+    return prefix, key[i + 3:-len(marker)]
+
+
+def learning_panels(rows):
+    """What learning.png shows: [(title, ylabel, log_y, reference_y, [(key, label, dashed)])],
+    leaving out series that never change."""
+    keys = [k for k in _all_keys(rows) if _varies(rows, k) or k.endswith(("_margin", "_win_rate"))]
+    panels = []
+    for marker, title, ylabel, ref in (("_margin", "point margin per game (from the agent's seat)", "points", 0.0),
+                                       ("_win_rate", "win rate (a tie counts half)", "win rate", 0.5)):
+        lines = []
+        for k in keys:
+            if "vs_" not in k or not k.endswith(marker) or k.startswith("exploiter"):
+                continue
+            prefix, opp = _read_out(k, marker)
+            label = f"vs {opp}" + (f" ({prefix})" if prefix else "")
+            if opp == "exploiter" and marker == "_margin":
+                label += " (its margin, minus this, is a floor on exploitability)"
+            lines.append((k, label, bool(prefix)))
+        if lines:
+            panels.append((title, ylabel, False, ref, lines))
+    expl = [(k, label, False) for k, label in (("exploitability", "exploitability"),
+                                               ("openspiel_exploitability", "OpenSpiel's"),
+                                               ("strategy_net_exploitability", "strategy net"))
+            if k in keys]
+    if expl:
+        panels.append(("exploitability", "exploitability (log)", True, None, expl))
+    return panels
+
+
+def training_panels(rows):
+    """What training.png shows, in the same form as learning_panels."""
+    keys = [k for k in _all_keys(rows) if _varies(rows, k)]
+    groups = (("losses", "loss", lambda k: "loss" in k),
+              ("batcher throughput", "rows/s", lambda k: k.endswith("_per_s")),
+              ("time per iteration", "seconds",
+               lambda k: k in ("time_traverse_s", "time_train_s", "time_strategy_s", "time_eval_s")))
+    panels = []
+    for title, ylabel, pick in groups:
+        lines = [(k, k, False) for k in keys if pick(k)]
+        if lines:
+            log = title == "losses" and _wide_positive(rows, [k for k, _, _ in lines])
+            panels.append((title, ylabel, log, None, lines))
+    return panels
+
+
+def _wide_positive(rows, keys):
+    ys = [row[k] for row in rows for k in keys if _is_number(row.get(k))]
+    return bool(ys) and min(ys) > 0 and max(ys) / min(ys) > 20
+
+
+def _draw(ax, rows, xs, panel, plt):
+    title, ylabel, log_y, ref, lines = panel
+    drawn = 0
+    for key, label, dashed in lines:
+        pts = _points(rows, xs, key)
+        if not pts:
+            continue
+        x = [p[0] for p in pts]
+        y = [p[1] for p in pts]
+        style = ("--" if dashed else "-") + ("o" if len(pts) <= 30 else "")
+        line, = ax.plot(x, y, style, markersize=3, linewidth=1.3, label=label)
+        band = [(p[0], p[2], p[3]) for p in pts if p[2] is not None and p[3] is not None]
+        if band:
+            ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band],
+                            color=line.get_color(), alpha=0.18, linewidth=0)
+        drawn += 1
+    if ref is not None and drawn:
+        ax.axhline(ref, color="grey", linewidth=0.8, alpha=0.7)
+    if log_y and drawn:
+        ax.set_yscale("log")
+    if "win rate" in ylabel:
+        ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title, fontsize=9)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.grid(True, alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=7, loc="best")
+    return drawn
 
 
 def plot_run(run_dir, out_dir=None):
-    """Write the learning-curve PNGs of a run; returns their paths."""
+    """Write learning.png and training.png for a run; returns their paths
+    (a figure with nothing to show is not written)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -115,55 +199,46 @@ def plot_run(run_dir, out_dir=None):
     else:
         metrics = run_dir / "metrics.jsonl"
     rows = read_metrics(metrics)
-    series = _series(rows)
-    if not series:
-        raise MetricsError(f"{metrics} holds no numeric metrics")
     out_dir = Path(out_dir) if out_dir is not None else run_dir / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
-
-    by_group = {g: [] for g in GROUPS}
-    for k, band in _bands(series).items():
-        by_group[group_of(k)].append((k, band))
-
+    iterations = [row.get("iteration") if _is_number(row.get("iteration")) else i + 1
+                  for i, row in enumerate(rows)]
+    minutes = wall_minutes(rows)
     written = []
-    for group in GROUPS:
-        keys = sorted(by_group[group])
-        if not keys:
-            continue
-        n = len(keys)
-        cols = 1 if n < 4 else 2
-        nrows = math.ceil(n / cols)
-        fig, axes = plt.subplots(nrows, cols, figsize=(6.4 * cols, 2.6 * nrows + 0.6),
-                                 squeeze=False, sharex=True)
-        for ax, (k, band) in zip(axes.flat, keys):
-            xs, ys = series[k]
-            style = "o-" if len(xs) <= 30 else "-"
-            ax.plot(xs, ys, style, markersize=3, linewidth=1.2, label=k)
-            if band is not None:
-                lo, hi = series[band[0]], series[band[1]]
-                common = sorted(set(lo[0]) & set(hi[0]))
-                if common:
-                    lo_map, hi_map = dict(zip(*lo)), dict(zip(*hi))
-                    ax.fill_between(common, [lo_map[x] for x in common], [hi_map[x] for x in common],
-                                    alpha=0.25, linewidth=0, label="95% CI")
-            positive = all(y > 0 for y in ys)
-            if positive and (group == "losses" or "exploitability" in k or "nash_conv" in k):
-                if max(ys) / min(ys) > 20:
-                    ax.set_yscale("log")
-            if "win_rate" in k:
-                ax.set_ylim(-0.02, 1.02)
-            ax.set_title(k, fontsize=9)
-            ax.grid(True, alpha=0.3)
-        for ax in list(axes.flat)[n:]:
-            ax.set_visible(False)
-        for ax in axes[-1]:
-            ax.set_xlabel("iteration")
-        fig.suptitle(f"{run_dir.name}: {group}", fontsize=11)
+
+    panels = learning_panels(rows)
+    if panels:
+        has_wall = any(m is not None for m in minutes)
+        columns = [("wall-clock (minutes)", minutes)] if has_wall else []
+        columns.append(("iteration", iterations))
+        fig, axes = plt.subplots(len(panels), len(columns), figsize=(6.2 * len(columns), 3.0 * len(panels) + 0.6),
+                                 squeeze=False)
+        for r, panel in enumerate(panels):
+            for c, (xlabel, xs) in enumerate(columns):
+                _draw(axes[r][c], rows, xs, panel, plt)
+                axes[r][c].set_xlabel(xlabel, fontsize=8)
+        fig.suptitle(f"{run_dir.name}: learning curves (95% bands)", fontsize=11)
         fig.tight_layout()
-        path = out_dir / f"{group}.png"
+        path = out_dir / "learning.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
+
+    panels = training_panels(rows)
+    if panels:
+        fig, axes = plt.subplots(len(panels), 1, figsize=(7.0, 2.6 * len(panels) + 0.6), squeeze=False)
+        for r, panel in enumerate(panels):
+            _draw(axes[r][0], rows, iterations, panel, plt)
+        axes[-1][0].set_xlabel("iteration", fontsize=8)
+        fig.suptitle(f"{run_dir.name}: training", fontsize=11)
+        fig.tight_layout()
+        path = out_dir / "training.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    if not written:
+        raise MetricsError(f"{metrics} holds nothing to plot (no evaluation, loss, throughput or timing "
+                           "that changes over the run)")
     return written
 
 
