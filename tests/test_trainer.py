@@ -278,7 +278,7 @@ def test_smoke_run_kuhn_end_to_end(tmp_path):
     for m in lines:
         assert m["samples_adv_0"] > 0 and m["samples_adv_1"] > 0
         assert abs(m["exploitability"] - m["openspiel_exploitability"]) < 1e-6
-    assert "final evaluation after iteration 2" in r.stdout and "exploitability" in r.stdout
+    assert "\nevaluation after iteration 2:\n  exploitability " in r.stdout     # the end-of-run summary
     ckpt = ck.load_checkpoint(run_dir)
     assert ckpt["iteration"] == 2 and set(ckpt["nets"]) == {"adv0", "adv1", "strategy"}
     assert (run_dir / "logs" / "batcher.log").exists() and (run_dir / "logs" / "worker0.log").exists()

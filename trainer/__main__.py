@@ -52,18 +52,17 @@ def main(argv=None):
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from trainer.loop import Trainer
+    from trainer.loop import Trainer, final_summary
     try:
-        metrics = Trainer(cfg, run_dir, resume=resume).run()
+        trainer = Trainer(cfg, run_dir, resume=resume)
+        metrics = trainer.run()
     except KeyboardInterrupt:
         print("interrupted; services stopped", file=sys.stderr)
         return 130
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    from trainer.evaluate import format_table
-    print(f"\nfinal evaluation after iteration {metrics.get('iteration')} ({run_dir}):")
-    print(format_table(metrics))
+    print("\n" + final_summary(metrics, run_dir, cfg, trainer.start_iteration))
     return 0
 
 
