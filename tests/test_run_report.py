@@ -53,18 +53,25 @@ def test_counter_growth_is_never_negative():
 # --------------------------------------------------------------------------
 # The end-of-run summary
 
+# trainer.evaluate's keys (duplicate deals)
 NEW_KEYS = {"iteration": 40, "wall_s": 192.4,
-            "vs_random_win_rate": 0.915, "vs_random_win_lo": 0.87, "vs_random_win_hi": 0.945,
-            "vs_random_margin": 45.2, "vs_random_margin_lo": 41.0, "vs_random_margin_hi": 49.4, "vs_random_games": 200,
-            "vs_heuristic_win_rate": 0.31, "vs_heuristic_win_lo": 0.25, "vs_heuristic_win_hi": 0.376,
+            "vs_random_win_rate": 0.915, "vs_random_win_rate_lo": 0.87, "vs_random_win_rate_hi": 0.945,
+            "vs_random_margin": 45.2, "vs_random_margin_lo": 41.0, "vs_random_margin_hi": 49.4,
+            "vs_random_games": 200, "vs_random_capped": 0,
+            "vs_heuristic_win_rate": 0.31, "vs_heuristic_win_rate_lo": 0.25, "vs_heuristic_win_rate_hi": 0.376,
             "vs_heuristic_margin": -12.3, "vs_heuristic_margin_lo": -15.0, "vs_heuristic_margin_hi": -9.6,
-            "vs_heuristic_games": 200, "queries_per_s": 1234.0, "adv_loss_0": 0.1}
+            "vs_heuristic_games": 200, "vs_heuristic_capped": 3, "queries_per_s": 1234.0, "adv_loss_0": 0.1,
+            "current_vs_random_win_rate": 0.5}
+# the shorter CI names, and the single-deal keys of earlier runs
+SHORT_CI_KEYS = {"iteration": 40, "wall_s": 192.4,
+                 "vs_random_win_rate": 0.915, "vs_random_win_lo": 0.87, "vs_random_win_hi": 0.945,
+                 "vs_random_margin": 45.2, "vs_random_margin_lo": 41.0, "vs_random_margin_hi": 49.4}
 OLD_KEYS = {"iteration": 40, "wall_s": 192.4,
             "vs_random_win_rate": 0.915, "vs_random_win_rate_lo": 0.87, "vs_random_win_rate_hi": 0.945,
             "vs_random_score_diff": 45.2, "vs_random_score_diff_lo": 41.0, "vs_random_score_diff_hi": 49.4}
 
 
-@pytest.mark.parametrize("metrics", [NEW_KEYS, OLD_KEYS])
+@pytest.mark.parametrize("metrics", [NEW_KEYS, SHORT_CI_KEYS, OLD_KEYS])
 def test_summary_shows_each_opponent_with_its_intervals(metrics):
     cfg = load_config(ROOT / "configs" / "smoke.yaml", [])
     text = final_summary(metrics, "runs/a b", cfg, 1)
@@ -73,11 +80,24 @@ def test_summary_shows_each_opponent_with_its_intervals(metrics):
     assert lines[0] == "done: iterations 1-40 of 40, wall time 3m 12s, lost_cities"
     assert "vs random" in text and "91.5% [87.0%, 94.5%]" in text and "+45.2 [+41.0, +49.4]" in text
     if metrics is NEW_KEYS:
-        assert "31.0% [25.0%, 37.6%]" in text and "-12.3 [-15.0, -9.6]" in text and "200 games" in text
+        assert "(95% intervals, 200 games per opponent)" in lines[1]
+        heuristic = [line for line in lines if "vs heuristic" in line]
+        assert len(heuristic) == 1 and "31.0% [25.0%, 37.6%]" in heuristic[0]
+        assert "-12.3 [-15.0, -9.6]" in heuristic[0] and heuristic[0].endswith("(3 capped)")
+        assert "current" not in text           # a second read-out's keys stay in metrics.jsonl
     assert "queries" not in text and "loss" not in text       # the full dump stays in metrics.jsonl
     assert lines[-3:] == ["evaluate  python -m trainer.evaluate 'runs/a b'",
                           "plot      python -m trainer.plot 'runs/a b'",
                           "resume    python -m trainer --resume 'runs/a b' --set train.iterations=80"]
+
+
+def test_summary_names_the_games_when_opponents_differ():
+    m = {**NEW_KEYS, "vs_exploiter_win_rate": 0.2, "vs_exploiter_margin": -30.0, "vs_exploiter_games": 50}
+    cfg = load_config(ROOT / "configs" / "smoke.yaml", [])
+    lines = final_summary(m, "r", cfg, 1).splitlines()
+    assert lines[1] == "evaluation after iteration 40 (95% intervals):"
+    assert lines[4].startswith("  vs exploiter  win rate 20.0%") and lines[4].endswith("margin -30.0   (50 games)")
+    assert lines[3].endswith("(200 games, 3 capped)")
 
 
 def test_summary_of_poker_and_of_many_opponents_and_of_nothing_to_do():
@@ -100,7 +120,7 @@ def test_summary_of_poker_and_of_many_opponents_and_of_nothing_to_do():
 def test_opponent_results_reads_any_opponent_name():
     r = opponent_results({"vs_my_bot_win_rate": 0.25, "vs_my_bot_margin": 3.0, "vs_other_win_rate": None})
     assert r == [{"opponent": "my_bot", "win_rate": 0.25, "win_lo": None, "win_hi": None, "margin": 3.0,
-                  "margin_lo": None, "margin_hi": None, "games": None}]
+                  "margin_lo": None, "margin_hi": None, "games": None, "capped": None}]
 
 
 SMOKE_TINY = ["train.iterations=1", "network.hidden=[16, 16]", "train.traversals=60", "train.adv_steps=10",

@@ -395,15 +395,17 @@ _MARGINS = ("_margin", "_score_diff")
 
 def opponent_results(m):
     """[{opponent, win_rate, win_lo, win_hi, margin, margin_lo, margin_hi,
-    games}] for every `vs_<opponent>_win_rate` in the metrics dict `m`, in
-    the dict's order; a part the evaluation did not report is None."""
+    games, capped}] for every `vs_<opponent>_win_rate` in the metrics dict
+    `m`, in the dict's order; a part the evaluation did not report is None.
+    `capped`: games that the turn cap ended."""
     out = []
     for key in m:
         if not (key.startswith("vs_") and key.endswith("_win_rate")) or m[key] is None:
             continue
         base = key[:-len("_win_rate")]
         r = {"opponent": base[3:], "win_rate": m[key], "win_lo": None, "win_hi": None,
-             "margin": None, "margin_lo": None, "margin_hi": None, "games": m.get(base + "_games")}
+             "margin": None, "margin_lo": None, "margin_hi": None, "games": m.get(base + "_games"),
+             "capped": m.get(base + "_capped")}
         for lo, hi in _RATE_CI:
             if base + lo in m and base + hi in m:
                 r["win_lo"], r["win_hi"] = m[base + lo], m[base + hi]
@@ -484,6 +486,11 @@ def _evaluation_lines(m, budget):
             text += f"   margin {r['margin']:+.1f}"
             if r["margin_lo"] is not None and r["margin_hi"] is not None:
                 text += f" [{r['margin_lo']:+.1f}, {r['margin_hi']:+.1f}]"
+        counts = [f"{r['games']} games"] if r["games"] is not None and len(games) > 1 else []
+        if r["capped"]:
+            counts.append(f"{r['capped']} capped")
+        if counts:
+            text += f"   ({', '.join(counts)})"
         lines.append(text.rstrip())
     if len(shown) < len(results):
         lines.append(f"  ... {len(results) - len(shown)} more opponents in metrics.jsonl")
