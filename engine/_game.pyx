@@ -268,6 +268,19 @@ cdef class State:
         self.game.gd.resample(self.game.gd.cfg, other.data, <int>player, &rng)
         return other
 
+    def resample_from_rng(self, player, Rng rng):
+        """resample() drawing from the xorshift state in `rng` (which advances),
+        exactly as the traverser's rollouts do."""
+        cdef State other
+        if self.game.gd.resample == NULL:
+            raise ValueError(f"{self.game.name} cannot resample hidden information")
+        if player not in (0, 1):
+            raise ValueError(f"player must be 0 or 1, got {player!r}")
+        other = self.game._make_state()
+        memcpy(other.data, self.data, self.game.gd.state_size)
+        self.game.gd.resample(self.game.gd.cfg, other.data, <int>player, &rng.state)
+        return other
+
     def clone(self):
         """An independent copy, undo history included."""
         cdef State other = self.game._make_state()

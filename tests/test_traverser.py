@@ -50,6 +50,13 @@ CASES = {
     "lc_external_prefix_game_rollout": ("lost_cities", LC_SMALL,
                                         dict(prefix_max=8, max_depth=3, rollouts=2, rollout_policy="game",
                                              value_scale=0.01), 6),
+    # rollouts over redealt hidden cards (the traverser's view kept)
+    "lc_external_resampled_game_rollouts": ("lost_cities", LC_SMALL,
+                                            dict(prefix_max=8, max_depth=3, rollouts=3, rollout_policy="game",
+                                                 rollout_resample=True, value_scale=0.01), 6),
+    "lc_outcome_resampled_random_rollouts": ("lost_cities", LC_SMALL,
+                                             dict(algorithm="outcome", max_depth=8, rollouts=2,
+                                                  rollout_resample=True, value_scale=0.01), 12),
 }
 
 # (groups, machines per group, threads, sample capacity)
@@ -477,6 +484,7 @@ def test_sample_boundaries():
     (dict(algorithm="outcome", epsilon=0.0), "epsilon"),
     (dict(fallback="x"), "fallback"),
     (dict(rollouts=-1), "rollouts"),
+    (dict(rollouts=2, rollout_resample=True), "no hidden cards to redeal"),
     (dict(strategy_interval=-1), "strategy_interval"),
     (dict(value_clip=-1.0), "value_clip"),
     (dict(max_depth=200000), "max_depth"),

@@ -29,6 +29,8 @@ def add_traverser_args(ap):
     g.add_argument("--rollouts", type=int, default=d.rollouts, help="cutoff value: 0 = score as it stands, k = rollouts")
     g.add_argument("--rollout-policy", choices=["random", "game"], default=d.rollout_policy,
                    help="cutoff rollouts: uniform random, or the game's own playout policy")
+    g.add_argument("--rollout-resample", action="store_true",
+                   help="each rollout first redeals what the traverser cannot see")
     g.add_argument("--prefix-max", type=int, default=d.prefix_max,
                    help="sampled roots: 0..N on-policy decisions before the traversal proper")
     g.add_argument("--fallback", choices=["argmax", "uniform"], default=d.fallback)
@@ -40,7 +42,7 @@ def traverser_config_from_args(args):
     return TraverserConfig(algorithm=args.algorithm, epsilon=args.epsilon, value_clip=args.value_clip,
                            value_scale=args.value_scale, max_depth=args.max_depth, max_nodes=args.max_nodes,
                            rollouts=args.rollouts, fallback=args.fallback, rollout_policy=args.rollout_policy,
-                           prefix_max=args.prefix_max,
+                           prefix_max=args.prefix_max, rollout_resample=args.rollout_resample,
                            strategy_interval=args.strategy_interval)
 
 

@@ -28,6 +28,7 @@ cdef struct Params:
     int rollout_game_policy     # cutoff rollouts: 1 = the game's own playout policy, 0 = uniform random
     int64_t max_nodes           # nodes per traversal before every further node is a cutoff
     int rollouts                # cutoff value: 0 = value as it stands, k = mean of k random rollouts
+    int rollout_resample        # 1 = each rollout first redeals what the traverser cannot see
     int fallback_uniform        # all regrets <= 0: 1 = uniform, 0 = argmax
     int strategy_interval       # record a strategy sample at every n-th opponent node (0 = never)
     int uniform_policy          # 1 = no network: uniform policy everywhere (engine-side limit)

@@ -20,6 +20,9 @@ class TraverserConfig:
     """Cutoff value: 0 = returns as they stand (score difference), k = mean of k rollouts."""
     rollout_policy: str = "random"
     """Rollouts: 'random' (uniform) or 'game' (the game's own playout policy: Lost Cities' heuristic)."""
+    rollout_resample: bool = False
+    """Rollouts: each first redeals what the traverser cannot see (the opponent's unseen cards,
+    the deck order), so k rollouts average the cutoff over k deals consistent with its view."""
     prefix_max: int = 0
     """Sampled roots: first play 0..prefix_max on-policy decisions with no samples (0 = root at the deal)."""
     fallback: str = "argmax"

@@ -118,7 +118,7 @@ class ReferenceTraverser:
         total = 0.0
         own = self.cfg.rollout_policy == "game" and hasattr(self.game, "heuristic_action")
         for _ in range(self.cfg.rollouts):
-            s = state.clone()
+            s = state.resample_from_rng(self.p, self.rng) if self.cfg.rollout_resample else state.clone()
             while not s.is_terminal():
                 if own:
                     s.apply_action(self.game.heuristic_action(s))
