@@ -96,15 +96,20 @@ def test_pick_python_rejects_a_missing_argument():
 def test_venv_reuses_an_installed_torch(tmp_path):
     """The project virtualenv of a python3 that imports torch sees that torch
     (on a GPU box: its CUDA build) instead of installing the CPU wheel."""
-    import importlib.util
-    torch_file = importlib.util.find_spec("torch").origin
+    # the base interpreter's own torch: a virtualenv's site-packages are not
+    # what --system-site-packages shares
+    base = base_python()
+    find = "import importlib.util, sys; print(importlib.util.find_spec('torch').origin, sys.prefix)"
+    r = subprocess.run([base, "-c", find], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        pytest.skip(f"{base} has no torch of its own to reuse")
+    torch_file = r.stdout.split()[0]
     d = tmp_path / "v"
     r = subprocess.run(["bash", str(ROOT / "scripts" / "venv.sh"), str(d)], capture_output=True, text=True,
-                       env=clean_env(BASE_PYTHON=sys.executable), timeout=300)
+                       env=clean_env(BASE_PYTHON=base), timeout=300)
     assert r.returncode == 0, r.stderr
     assert "include-system-site-packages = true" in (d / "pyvenv.cfg").read_text()
-    out = subprocess.run([str(d / "bin" / "python"), "-c",
-                          "import importlib.util, sys; print(importlib.util.find_spec('torch').origin, sys.prefix)"],
+    out = subprocess.run([str(d / "bin" / "python"), "-c", find],
                          capture_output=True, text=True, check=True, timeout=120).stdout.split()
     assert out == [torch_file, str(d)]
 
