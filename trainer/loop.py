@@ -143,12 +143,17 @@ class Trainer:
         jobs = self._jobs(t, p, job_size)
         bar = self._bar(total=self.cfg.train.traversals, desc=f"iter {t} traverse p{p}", unit="trav")
         added = {"adv": 0, "strat": 0}
+        held_out = {"rows": 0, "chunks": []}
 
         def commit(job, adv_chunks, strat_chunks):
             # rows in (traversal id, position) order: chunk arrival order depends on
             # timing, the memories' contents must not
             adv, strat = _ordered(adv_chunks), _ordered(strat_chunks)
             if adv is not None:
+                if held_out["rows"] < HELD_OUT_ROWS:
+                    held_out["chunks"].append({k: np.asarray(v)[:HELD_OUT_ROWS - held_out["rows"]]
+                                               for k, v in adv.items()})
+                    held_out["rows"] += len(held_out["chunks"][-1]["weight"])
                 self.adv_mem[p].add(adv)
                 added["adv"] += len(adv["weight"])
             if strat is not None:
@@ -165,7 +170,28 @@ class Trainer:
         self.counters["requeued_jobs"] += server.requeued - before_req
         self.counters["dropped_rows"] += server.dropped_rows - before_drop
         self.counters["traversals"] += self.cfg.train.traversals
+        added.update(self._held_out_error(p, held_out["chunks"]))
         return added
+
+    def _held_out_error(self, p, chunks):
+        """The advantage net's error on this iteration's first new samples,
+        before it trains on them: {"heldout_mse", "heldout_zero_mse"}, the
+        weighted squared error over legal actions, and the same for a net
+        that predicts 0 (below it, the net has learned something that carries
+        over to states it has not seen)."""
+        if not chunks:
+            return {}
+        rows = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+        net = self.nets[f"adv{p}"]
+        with torch.inference_mode():
+            pred = net(torch.from_numpy(rows["info"].astype(np.float32)).to(self.device)).cpu().double().numpy()
+        mask = rows["mask"].astype(bool)
+        target = rows["target"].astype(np.float64)
+        w = rows["weight"].astype(np.float64)
+        w = w / w.sum()
+        err = np.where(mask, (pred - target) ** 2, 0.0).sum(axis=1)
+        zero = np.where(mask, target ** 2, 0.0).sum(axis=1)
+        return {"heldout_mse": float((w * err).sum()), "heldout_zero_mse": float((w * zero).sum())}
 
     def _train_advantage(self, p, t):
         name = f"adv{p}"
@@ -194,20 +220,42 @@ class Trainer:
             bar.close()
         return loss
 
-    def _evaluate(self):
+    def _evaluate(self, t, first, last):
         from trainer.evaluate import evaluate
+        from trainer.policy import AveragePolicy, CurrentPolicy, parse_kind
         e = self.cfg.eval
-        net = self.nets["strategy"].to("cpu")
+        nets = {k: self.nets[k].to("cpu") for k in ("strategy", "adv0", "adv1")}
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)        # evaluation forwards are small batches
         try:
-            if self.sdcfr is None:
-                return evaluate(self.game, net, lc_games=e.lc_games, opponents=tuple(e.opponents),
-                                seed=self.cfg.run.seed, openspiel=e.openspiel)
-            out = evaluate(self.game, self.sdcfr, openspiel=e.openspiel)
-            if self.cfg.train.strategy_steps > 0:
-                out["strategy_net_exploitability"] = evaluate(self.game, net, openspiel=False)["exploitability"]
+            if self.sdcfr is not None:
+                out = evaluate(self.game, self.sdcfr, openspiel=e.openspiel)
+                if self.cfg.train.strategy_steps > 0:
+                    out["strategy_net_exploitability"] = evaluate(self.game, nets["strategy"],
+                                                                  openspiel=False)["exploitability"]
+                return out
+            out = {}
+            fallback = self.cfg.traversal.fallback
+            for i, kind in enumerate(e.policies):
+                base, greedy = parse_kind(kind)
+                seed = self.cfg.run.seed
+                policy = (CurrentPolicy([nets["adv0"], nets["adv1"]], fallback, greedy, seed) if base == "current"
+                          else AveragePolicy(nets["strategy"], greedy, seed))
+                opponents = list(e.opponents)
+                exploiter = (i == 0 and e.exploiter_games > 0 and self.game.name == "lost_cities" and
+                             (first or last or (e.exploiter_every > 0 and t % e.exploiter_every == 0)))
+                if exploiter:
+                    opponents.append("exploiter")
+                r = evaluate(self.game, policy, lc_games=e.lc_games, opponents=tuple(opponents),
+                             seed=self.cfg.run.seed, openspiel=e.openspiel, exploiter_games=e.exploiter_games,
+                             worlds=e.exploiter_worlds)
+                prefix = "" if i == 0 else kind.replace("-", "_") + "_"
+                out.update({prefix + k: v for k, v in r.items()})
             return out
         finally:
-            net.to(self.device)
+            torch.set_num_threads(threads)
+            for k, net in nets.items():
+                net.to(self.device)
 
     def _bar(self, **kw):
         if tqdm is None or not self.cfg.run.progress:
@@ -287,6 +335,9 @@ class Trainer:
                     stats_at = bstats
                     m[f"samples_adv_{p}"] = added["adv"]
                     m[f"samples_strat_{p}"] = added["strat"]
+                    if "heldout_mse" in added:
+                        m[f"adv_heldout_mse_{p}"] = added["heldout_mse"]
+                        m[f"adv_heldout_zero_mse_{p}"] = added["heldout_zero_mse"]
                     t0 = time.monotonic()
                     m[f"adv_loss_{p}"] = self._train_advantage(p, t)
                     m[f"time_train_s_{p}"] = time.monotonic() - t0
@@ -301,7 +352,8 @@ class Trainer:
                 m["strategy_memory"] = len(self.strat_mem)
                 last = t == cfg.train.iterations or (cfg.train.time_limit_s > 0 and
                                                       time.monotonic() - t_start >= cfg.train.time_limit_s)
-                do_eval = last or (cfg.eval.every > 0 and t % cfg.eval.every == 0)
+                first = t == self.start_iteration == 1 and cfg.eval.every > 0
+                do_eval = last or first or (cfg.eval.every > 0 and t % cfg.eval.every == 0)
                 strategy_due = last or do_eval or (cfg.train.strategy_every > 0 and t % cfg.train.strategy_every == 0)
                 if strategy_due and (self.sdcfr is None or cfg.train.strategy_steps > 0):
                     t0 = time.monotonic()
@@ -309,7 +361,7 @@ class Trainer:
                     m["time_strategy_s"] = time.monotonic() - t0
                 if do_eval:
                     t0 = time.monotonic()
-                    m.update(self._evaluate())
+                    m.update(self._evaluate(t, first, last))
                     m["time_eval_s"] = time.monotonic() - t0
                 m["requeued_jobs"] = self.counters["requeued_jobs"]
                 m["dropped_rows"] = self.counters["dropped_rows"]
@@ -420,6 +472,7 @@ def opponent_results(m):
 
 
 SUMMARY_MAX_LINES = 12
+HELD_OUT_ROWS = 4096        # new advantage samples per phase scored before the net trains on them
 
 
 def final_summary(metrics, run_dir, cfg, first_iteration):

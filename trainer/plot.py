@@ -9,8 +9,10 @@ missing from any line) and writes, into RUN_DIR/plots (or --out):
                    opponent (random, heuristic, the exploiter, whose margin is
                    a floor on exploitability) and the win rate;
                    poker: exploitability on a log scale.
-    training.png   the advantage and strategy losses, the batcher's queries/s
-                   and where each iteration's time went.
+    training.png   the advantage and strategy losses, the advantage nets'
+                   error on each iteration's new samples before they train
+                   on them (and that of predicting 0), the batcher's
+                   queries/s and where each iteration's time went.
 
 A series whose values never change is left out (a panel of a constant says
 nothing). Read-outs other than the first carry a prefix (current_vs_...) and
@@ -139,6 +141,8 @@ def training_panels(rows):
     """What training.png shows, in the same form as learning_panels."""
     keys = [k for k in _all_keys(rows) if _varies(rows, k)]
     groups = (("losses", "loss", lambda k: "loss" in k),
+              ("advantage nets on new samples, before training on them", "weighted squared error",
+               lambda k: "heldout" in k),
               ("batcher throughput", "rows/s", lambda k: k.endswith("_per_s")),
               ("time per iteration", "seconds",
                lambda k: k in ("time_traverse_s", "time_train_s", "time_strategy_s", "time_eval_s")))
