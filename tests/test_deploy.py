@@ -127,7 +127,7 @@ def test_compose_services_run_as_local_processes_and_train(tmp_path):
         rc = trainer.wait(timeout=240)
         log = (tmp_path / "trainer1.log").read_text()
         assert rc == 0, log[-3000:]
-        assert "final evaluation after iteration 2" in log
+        assert "done: iterations 1-2 of 2" in log and "\nevaluation after iteration 2:\n" in log   # the summary
         lines = [json.loads(l) for l in (tmp_path / "compose" / "metrics.jsonl").read_text().splitlines()]
         assert [m["iteration"] for m in lines] == [1, 2] and "exploitability" in lines[-1]
     finally:
