@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from trainer import checkpoint as ck
 from trainer.config import ConfigError, load_config
@@ -43,6 +44,8 @@ def test_config_files_load_and_validate():
     ("game.params.colours=9", "'colours' = 9 is out of range"),
     ("game.name=chess", "unknown game 'chess'"),
     ("eval.opponents=[random, grandmaster]", "config eval.opponents: bad value"),
+    ("eval.policies=[average, best]", "config eval.policies: bad value"),
+    ("eval.exploiter_worlds=0", "config eval.exploiter_worlds: bad value"),
     ("traversal.algorithm=exhaustive", "config traversal.algorithm: bad value"),
     ("train.iterations", "expected section.key=value"),
 ])
@@ -282,6 +285,42 @@ def test_smoke_run_kuhn_end_to_end(tmp_path):
     ckpt = ck.load_checkpoint(run_dir)
     assert ckpt["iteration"] == 2 and set(ckpt["nets"]) == {"adv0", "adv1", "strategy"}
     assert (run_dir / "logs" / "batcher.log").exists() and (run_dir / "logs" / "worker0.log").exists()
+
+
+def test_lost_cities_run_evaluates_each_read_out_and_the_exploiter(tmp_path):
+    """In-run evaluation on duplicate deals: the average and the current
+    policy, the exploiter at the first and the last evaluation only, and the
+    advantage nets' error on new samples before they train on them."""
+    run_dir = tmp_path / "run"
+    r = run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), "--set", "train.iterations=3",
+                     "--set", "train.traversals=40", "--set", "train.adv_steps=5", "--set", "train.strategy_steps=5",
+                     "--set", "network.hidden=[16]", "--set", "eval.every=2", "--set", "eval.lc_games=6",
+                     "--set", "eval.policies=[average, current-greedy]", "--set", "eval.exploiter_games=2",
+                     "--set", "eval.exploiter_worlds=2", "--set", "run.progress=false"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [m["iteration"] for m in lines if "vs_heuristic_margin" in m]
+    assert evaluated == [1, 2, 3]
+    assert [m["iteration"] for m in lines if "exploiter_margin" in m] == [1, 3]
+    for m in lines:
+        if "vs_heuristic_margin" in m:
+            assert m["vs_heuristic_games"] == 6 and "current_greedy_vs_heuristic_margin" in m
+            assert m["vs_random_margin_lo"] <= m["vs_random_margin"] <= m["vs_random_margin_hi"]
+        assert m["adv_heldout_mse_0"] >= 0 and m["adv_heldout_zero_mse_1"] >= 0
+
+
+def test_held_out_error_against_predicting_zero():
+    from trainer.loop import held_out_error
+    net = torch.nn.Linear(3, 2, bias=False)
+    with torch.no_grad():
+        net.weight.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))
+    rows = {"info": np.array([[1, 2, 0], [3, 0, 5]], np.uint8),
+            "target": np.array([[1.0, 1.0], [0.0, 2.0]], np.float32),
+            "mask": np.array([[1, 1], [1, 0]], np.uint8), "weight": np.array([1.0, 3.0], np.float32)}
+    # row 0: pred (1, 2), errors 0 + 1; row 1: pred (3, 0), only action 0 legal: 9
+    e = held_out_error(net, rows)
+    assert e["heldout_mse"] == pytest.approx(0.25 * 1 + 0.75 * 9)
+    assert e["heldout_zero_mse"] == pytest.approx(0.25 * 2 + 0.75 * 0)
 
 
 def test_bad_config_exits_2_with_named_key(tmp_path):

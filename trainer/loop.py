@@ -174,24 +174,10 @@ class Trainer:
         return added
 
     def _held_out_error(self, p, chunks):
-        """The advantage net's error on this iteration's first new samples,
-        before it trains on them: {"heldout_mse", "heldout_zero_mse"}, the
-        weighted squared error over legal actions, and the same for a net
-        that predicts 0 (below it, the net has learned something that carries
-        over to states it has not seen)."""
         if not chunks:
             return {}
         rows = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
-        net = self.nets[f"adv{p}"]
-        with torch.inference_mode():
-            pred = net(torch.from_numpy(rows["info"].astype(np.float32)).to(self.device)).cpu().double().numpy()
-        mask = rows["mask"].astype(bool)
-        target = rows["target"].astype(np.float64)
-        w = rows["weight"].astype(np.float64)
-        w = w / w.sum()
-        err = np.where(mask, (pred - target) ** 2, 0.0).sum(axis=1)
-        zero = np.where(mask, target ** 2, 0.0).sum(axis=1)
-        return {"heldout_mse": float((w * err).sum()), "heldout_zero_mse": float((w * zero).sum())}
+        return held_out_error(self.nets[f"adv{p}"], rows, self.device)
 
     def _train_advantage(self, p, t):
         name = f"adv{p}"
@@ -391,6 +377,23 @@ class Trainer:
             if services is not None:
                 services.stop()
             server.close()
+
+
+def held_out_error(net, rows, device="cpu"):
+    """An advantage net's error on sample rows it has not trained on:
+    {"heldout_mse": the weighted squared error summed over legal actions (the
+    training loss's form), "heldout_zero_mse": the same for predicting 0}.
+    Below the second, the net carries over something to states it has not
+    seen; the first can never go below the targets' own noise."""
+    with torch.inference_mode():
+        pred = net(torch.from_numpy(np.asarray(rows["info"]).astype(np.float32)).to(device)).cpu().double().numpy()
+    mask = np.asarray(rows["mask"]).astype(bool)
+    target = np.asarray(rows["target"], dtype=np.float64)
+    w = np.asarray(rows["weight"], dtype=np.float64)
+    w = w / w.sum()
+    err = np.where(mask, (pred - target) ** 2, 0.0).sum(axis=1)
+    zero = np.where(mask, target ** 2, 0.0).sum(axis=1)
+    return {"heldout_mse": float((w * err).sum()), "heldout_zero_mse": float((w * zero).sum())}
 
 
 def _ordered(chunks):
