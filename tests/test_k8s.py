@@ -11,13 +11,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 import zmq
-
 import kubernetes_validate
 
 from trainer import checkpoint as ck
