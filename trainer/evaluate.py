@@ -70,8 +70,11 @@ def openspiel_exploitability(game_name, net):
 # Lost Cities: duplicate-deal matches
 
 def _as_policy(agent, seed=0, greedy=False):
-    """A trainer.policy.Policy from a Policy, a strategy net or a tabular average."""
-    if isinstance(agent, Policy):
+    """A trainer.policy.Policy from a Policy, a strategy net or a tabular
+    average; a player that needs the state (`.step(state)`, e.g. the search
+    player) is kept as it is."""
+    if isinstance(agent, Policy) or (callable(getattr(agent, "step", None)) and
+                                     not isinstance(agent, torch.nn.Module)):
         return agent
     return AveragePolicy(agent, greedy=greedy, seed=seed)
 
@@ -86,6 +89,9 @@ def make_opponent(kind, game, agent, seed=0, worlds=16):
         return kind
     if kind == "exploiter":
         from trainer.exploiter import LocalBestResponse
+        if not isinstance(agent, Policy):
+            raise ValueError("the exploiter searches against a policy's probabilities; "
+                             f"{getattr(agent, 'name', type(agent).__name__)} has none")
         return LocalBestResponse(game, agent, worlds=worlds, seed=seed)
     if kind == "random":
         return RandomBot(seed)
@@ -135,7 +141,7 @@ def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=Fa
     if progress:
         try:
             from tqdm import tqdm
-            bar = tqdm(total=n, desc=f"{agent.name} vs {name}", leave=False)
+            bar = tqdm(total=n, desc=f"{getattr(agent, 'name', 'agent')} vs {name}", leave=False)
         except ImportError:
             bar = None
     while active:
@@ -152,6 +158,10 @@ def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=Fa
         active = waiting
         if not active:
             break
+        if not isinstance(agent, Policy):             # a player that searches from the state
+            for g in active:
+                states[g].apply_action(int(agent.step(states[g])))
+            continue
         info = np.stack([states[g].information_state_tensor(seats[g]) for g in active])
         mask = np.stack([states[g].legal_actions_mask() for g in active])
         for g, a in zip(active, agent.actions(info, mask, seats[active])):
@@ -296,6 +306,10 @@ def build_parser():
                     help="games against the exploiter, which searches at every move (default 400)")
     ap.add_argument("--worlds", type=int, default=16,
                     help="the exploiter's sampled deals of the hidden cards per decision (default 16)")
+    ap.add_argument("--search", default=None, metavar="SETTINGS",
+                    help="Lost Cities: evaluate the search player with this checkpoint's policy as its "
+                         "blueprint, e.g. worlds=64,topk=4[,playout=blueprint|heuristic,depth=4,time=1000] "
+                         "(time in ms per decision; trainer/search.py)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--greedy", action="store_true", help="same as appending -greedy to --policy")
     ap.add_argument("--no-openspiel", action="store_true", help="poker: skip OpenSpiel's cross-check")
@@ -350,14 +364,30 @@ def main(argv=None):
     except (KeyError, RuntimeError) as e:
         print(f"error: {ckpt['path']}: cannot rebuild the game or the {kind} policy: {e!r}", file=sys.stderr)
         return 2
-    metrics = evaluate(game, policy, lc_games=args.games, opponents=opponents, seed=args.seed,
+    agent = policy
+    if args.search is not None:
+        from trainer.search import SearchPlayer, parse_search_spec
+        try:
+            settings = parse_search_spec(args.search)
+            settings.pop("policy", None)
+            settings.setdefault("topk", 4)
+            settings.setdefault("playout", "blueprint")
+            agent = SearchPlayer(game, blueprint=policy, **settings)
+        except ValueError as e:
+            print(f"error: --search: {e}", file=sys.stderr)
+            return 2
+    metrics = evaluate(game, agent, lc_games=args.games, opponents=opponents, seed=args.seed,
                        openspiel=not args.no_openspiel, exploiter_games=args.exploiter_games,
                        worlds=args.worlds, progress=args.progress)
     if args.json:
         print(json.dumps(_jsonable({"checkpoint": ckpt["path"], "iteration": ckpt.get("iteration"),
-                                    "game": game.name, "policy": policy.name, **metrics})))
+                                    "game": game.name, "policy": policy.name,
+                                    **({"search": agent.name, "ms_per_decision": agent.ms_per_decision()}
+                                       if agent is not policy else {}), **metrics})))
     else:
-        print(f"{ckpt['path']}  (game {game.name}, iteration {ckpt.get('iteration')}, policy {policy.name})")
+        print(f"{ckpt['path']}  (game {game.name}, iteration {ckpt.get('iteration')}, policy {policy.name}"
+              + (f", {agent.name} at {agent.ms_per_decision():.1f} ms per decision" if agent is not policy else "")
+              + ")")
         print(format_table(metrics))
     return 0
 

@@ -1,0 +1,134 @@
+"""trainer.search: determinized search with heuristic, random and blueprint playouts."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import engine
+from batcher.networks import net_for_game
+from engine._batch import StateBatch
+from trainer.evaluate import duplicate_match
+from trainer.policy import AveragePolicy
+from trainer.search import SearchPlayer, make_search_player, parse_search_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+LC_SMALL = dict(colours=3, ranks=5, hand_size=4, max_turns=200)
+torch.set_num_threads(1)
+
+
+def _midgame(game, seed, moves=8):
+    state = game.new_initial_state(seed=seed)
+    for _ in range(moves):
+        state.apply_action(game.heuristic_action(state))
+    return state
+
+
+def _blueprint(game, seed=0):
+    net = net_for_game(game, hidden=(16,), seed=seed)
+    with torch.no_grad():
+        net.net[-1].weight.mul_(4.0)
+    return AveragePolicy(net, greedy=True)
+
+
+def _replay_worlds(game, state, seed, k):
+    worlds = StateBatch(game, k)
+    worlds.fill(state)
+    worlds.resample(state.current_player(), seed)
+    return [worlds.state(w) for w in range(k)]
+
+
+def test_search_values_are_heuristic_playouts_of_every_action_in_every_world():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    state = _midgame(game, 3)
+    player = SearchPlayer(game, worlds=5, chunk=5, seed=1)
+    seed = int(np.random.default_rng([1, 0x5EA2C4]).integers(1 << 62))
+    cands, values, share = player.search(state)
+    assert cands == state.legal_actions()
+    me = state.current_player()
+    finals = np.zeros((len(cands), 5))
+    for w, world in enumerate(_replay_worlds(game, state, seed, 5)):
+        for j, a in enumerate(cands):
+            s = world.clone()
+            s.apply_action(a)
+            while not s.is_terminal():
+                s.apply_action(game.heuristic_action(s))
+            finals[j, w] = s.returns()[me]
+    assert np.allclose(values, finals.mean(axis=1))
+    best = finals.max(axis=0)
+    assert np.allclose(share, ((finals == best) / (finals == best).sum(axis=0)).sum(axis=1) / 5)
+    assert share.sum() == pytest.approx(1.0)
+    assert player.step(state) in cands
+
+
+def test_blueprint_candidates_and_playouts():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    bp = _blueprint(game)
+    state = _midgame(game, 4)
+    player = SearchPlayer(game, blueprint=bp, worlds=3, chunk=3, topk=2, playout="blueprint", depth=3, seed=2)
+    probs = bp.action_probs(state)
+    top = sorted(sorted(probs, key=lambda a: (-probs[a], a))[:2])
+    seed = int(np.random.default_rng([2, 0x5EA2C4]).integers(1 << 62))
+    cands, values, _ = player.search(state)
+    assert cands == top
+    me = state.current_player()
+    for j, a in enumerate(cands):
+        finals = []
+        for world in _replay_worlds(game, state, seed, 3):
+            s = world.clone()
+            s.apply_action(a)
+            for _ in range(3):               # the greedy blueprint for both sides, then the heuristic
+                if s.is_terminal():
+                    break
+                s.apply_action(bp.step(s))
+            while not s.is_terminal():
+                s.apply_action(game.heuristic_action(s))
+            finals.append(s.returns()[me])
+        assert values[j] == pytest.approx(np.mean(finals))
+
+
+def test_search_beats_random_and_keeps_to_its_time_budget():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    r = duplicate_match(game, SearchPlayer(game, worlds=8, seed=0), "random", 8, seed=5)
+    assert r["wins"] == 8
+    budget = SearchPlayer(game, worlds=64, chunk=4, time_limit_s=1e-6, seed=0)
+    budget.step(_midgame(game, 6))
+    assert budget.worlds_played == 4                 # one chunk, then the time is up
+
+
+def test_bad_settings_are_named():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    with pytest.raises(ValueError, match="need a blueprint"):
+        SearchPlayer(game, topk=3)
+    with pytest.raises(ValueError, match="playout must be"):
+        SearchPlayer(game, playout="greedy")
+    with pytest.raises(ValueError, match="plays lost_cities"):
+        SearchPlayer(engine.load_game("kuhn_poker"))
+    with pytest.raises(ValueError, match="bad search setting 'wrolds=4'"):
+        parse_search_spec("wrolds=4")
+    with pytest.raises(ValueError, match="needs a int"):
+        parse_search_spec("worlds=many")
+    assert parse_search_spec("worlds=64,topk=4,time=20") == {"worlds": 64, "topk": 4, "time_limit_s": 0.02}
+    p = make_search_player("heuristic,worlds=16")
+    assert p.worlds == 16 and p.playout == "heuristic" and p.game.params["max_turns"] == 200
+
+
+def test_evaluate_cli_runs_the_search_with_a_blueprint(tmp_path):
+    from trainer.checkpoint import save_checkpoint
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    nets = {k: net_for_game(game, hidden=(8,), seed=i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
+    save_checkpoint(tmp_path, 1, {"config": {"game": {"name": "lost_cities", "params": LC_SMALL}},
+                                  "nets": {k: n.state_dict() for k, n in nets.items()},
+                                  "net_spec": nets["strategy"].spec()})
+    r = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--opponent", "random",
+                        "--games", "4", "--search", "worlds=4,topk=2,depth=2", "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    import json
+    d = json.loads(r.stdout)
+    assert d["search"].startswith("search(worlds=4,topk=2,playout=blueprint") and d["vs_random_games"] == 4
+    bad = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--search", "worlds=x"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --search") and "Traceback" not in bad.stderr

@@ -1,0 +1,261 @@
+"""Search at play time: determinized Monte Carlo over the cards a player
+cannot see, for Lost Cities.
+
+    player = SearchPlayer(game, blueprint=None, worlds=64)      # heuristic playouts, no net
+    action = player.step(state)
+    python -m trainer.search --worlds 64 --games 400            # against HeuristicBot, duplicate deals
+    python -m trainer.evaluate RUN --search worlds=64,topk=4    # with a trained blueprint
+
+At each decision the player
+  1. samples `worlds` deals of what it cannot see (the opponent's unseen hand
+     and the deck order), consistent with what it has seen
+     (`StateBatch.resample`);
+  2. takes the candidate actions: every legal one, or the `topk` most likely
+     under the blueprint's policy;
+  3. plays every candidate in every world and plays the game out: with the
+     heuristic (`playout="heuristic"`), uniformly at random, or with the
+     blueprint for both sides for `depth` decisions and the heuristic after
+     (`playout="blueprint"`); every playout of the decision advances together,
+     so the blueprint's forwards are batched;
+  4. plays the candidate with the best mean final score difference.
+The copies, redeals, moves and playouts are nogil C loops (engine._batch);
+Python runs once per batch. A `time_limit_s` budget stops adding worlds (in
+chunks of `chunk` worlds) when the time is up; at least one chunk is played.
+
+The player plays through the same interface as the bots (`.step(state)`),
+and `action_probs(state)` gives the share of worlds in which each candidate
+was best (the search's own confidence, for hints and replays).
+"""
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from engine._batch import StateBatch
+
+PLAYOUTS = ("heuristic", "random", "blueprint")
+
+
+class SearchPlayer:
+    """Determinized search (see the module docstring). `blueprint` is a
+    trainer.policy.Policy or None; `topk` 0 searches every legal action."""
+
+    def __init__(self, game, blueprint=None, worlds=64, topk=0, playout="heuristic", depth=4,
+                 time_limit_s=None, chunk=16, seed=0):
+        if game.name != "lost_cities":
+            raise ValueError(f"the search player plays lost_cities, not {game.name}")
+        if worlds < 1 or chunk < 1:
+            raise ValueError(f"worlds and chunk must be at least 1, got {worlds} and {chunk}")
+        if playout not in PLAYOUTS:
+            raise ValueError(f"playout must be one of {', '.join(PLAYOUTS)}, got {playout!r}")
+        if (topk > 0 or playout == "blueprint") and blueprint is None:
+            raise ValueError("topk and blueprint playouts need a blueprint (a trained run)")
+        if topk < 0 or depth < 0:
+            raise ValueError("topk and depth must be >= 0")
+        if time_limit_s is not None and time_limit_s <= 0:
+            raise ValueError(f"time_limit_s must be > 0, got {time_limit_s}")
+        self.game = game
+        self.blueprint = blueprint
+        self.worlds = int(worlds)
+        self.topk = int(topk)
+        self.playout = playout
+        self.depth = int(depth)
+        self.time_limit_s = time_limit_s
+        self.chunk = min(int(chunk), self.worlds)
+        self.rng = np.random.default_rng([int(seed), 0x5EA2C4])
+        cap = self.chunk * game.max_legal_actions()
+        self.batch = StateBatch(game, cap)
+        self.info = np.zeros((cap, game.information_state_tensor_size()), np.float32)
+        self.mask = np.zeros((cap, game.num_distinct_actions()), np.uint8)
+        self.decisions = 0
+        self.seconds = 0.0
+        self.worlds_played = 0
+        self.last = None                  # (candidates, mean values, share of worlds best) of the last search
+
+    @property
+    def name(self):
+        parts = [f"worlds={self.worlds}"]
+        if self.topk:
+            parts.append(f"topk={self.topk}")
+        parts.append(f"playout={self.playout}" + (f",depth={self.depth}" if self.playout == "blueprint" else ""))
+        if self.time_limit_s:
+            parts.append(f"time={self.time_limit_s * 1000:g}ms")
+        return "search(" + ",".join(parts) + ")"
+
+    def candidates(self, state):
+        legal = state.legal_actions()
+        if not self.topk or len(legal) <= self.topk:
+            return legal
+        probs = self.blueprint.action_probs(state)
+        ranked = sorted(legal, key=lambda a: (-probs[a], a))
+        return sorted(ranked[:self.topk])
+
+    def search(self, state):
+        """(candidates, mean final score difference of each, share of worlds
+        in which each was best)."""
+        t0 = time.perf_counter()
+        me = state.current_player()
+        cands = self.candidates(state)
+        A = len(cands)
+        totals = np.zeros(A)
+        wins = np.zeros(A)
+        played = 0
+        while played < self.worlds:
+            K = min(self.chunk, self.worlds - played)
+            v = self._chunk_values(state, me, cands, K)           # [A, K]
+            totals += v.sum(axis=1)
+            best = v.max(axis=0)
+            ties = (v == best).sum(axis=0)
+            wins += ((v == best) / ties).sum(axis=1)
+            played += K
+            if self.time_limit_s is not None and time.perf_counter() - t0 >= self.time_limit_s:
+                break
+        self.decisions += 1
+        self.worlds_played += played
+        self.seconds += time.perf_counter() - t0
+        self.last = (cands, totals / played, wins / played)
+        return self.last
+
+    def _chunk_values(self, state, me, cands, K):
+        b = self.batch
+        A = len(cands)
+        n = K * A
+        seed = int(self.rng.integers(1 << 62))
+        b.fill(state, 0, K)
+        b.resample(me, seed, 0, K)
+        if A > 1:
+            b.copy_rows(np.tile(np.arange(K), A - 1), np.arange(K, n))
+        b.apply(np.arange(n), np.repeat(np.asarray(cands, np.int32), K))
+        if self.playout == "blueprint":
+            self._blueprint_steps(n, self.depth)
+        b.playout(seed, 0, n, policy="random" if self.playout == "random" else "game")
+        return b.returns(me, 0, n).reshape(A, K)
+
+    def _blueprint_steps(self, n, depth):
+        """`depth` decisions of every live row by the blueprint, both sides,
+        one batched forward per player per step."""
+        b = self.batch
+        for _ in range(depth):
+            players = b.current_players(0, n)
+            live = False
+            actions_rows, actions = [], []
+            for p in (0, 1):
+                rows = np.flatnonzero(players == p)
+                if len(rows) == 0:
+                    continue
+                live = True
+                m = len(rows)
+                b.encode(rows, p, self.info, self.mask)
+                actions_rows.append(rows)
+                actions.append(self.blueprint.actions(self.info[:m], self.mask[:m], np.full(m, p)))
+            if not live:
+                return
+            b.apply(np.concatenate(actions_rows), np.concatenate(actions))
+
+    def step(self, state):
+        legal = state.legal_actions()
+        if len(legal) == 1:
+            return legal[0]
+        cands, values, _ = self.search(state)
+        return int(cands[int(np.argmax(values))])
+
+    def action_probs(self, state):
+        """{action: share of the searched worlds in which it was best} (0 for
+        actions outside the candidates)."""
+        legal = state.legal_actions()
+        if len(legal) == 1:
+            return {legal[0]: 1.0}
+        cands, _, share = self.search(state)
+        out = {a: 0.0 for a in legal}
+        out.update({a: float(s) for a, s in zip(cands, share)})
+        return out
+
+    def ms_per_decision(self):
+        return 1000.0 * self.seconds / max(self.decisions, 1)
+
+
+def parse_search_spec(text):
+    """"worlds=64,topk=4,playout=blueprint,depth=4,time=20,chunk=16,policy=average"
+    -> keyword arguments (time in milliseconds). Unknown keys raise ValueError."""
+    kinds = {"worlds": int, "topk": int, "depth": int, "chunk": int, "time": float, "seed": int,
+             "playout": str, "policy": str}
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or key not in kinds:
+            raise ValueError(f"bad search setting {part!r}; settings: "
+                             + ", ".join(f"{k}=..." for k in kinds) + " (time in ms)")
+        try:
+            out[key] = kinds[key](value)
+        except ValueError:
+            raise ValueError(f"search setting {key} needs a {kinds[key].__name__}, got {value!r}") from None
+    if "time" in out:
+        out["time_limit_s"] = out.pop("time") / 1000.0
+    return out
+
+
+def make_search_player(spec, game=None):
+    """A SearchPlayer from "SOURCE[,key=value...]": SOURCE is a run directory
+    or checkpoint (the blueprint; default settings topk=4, blueprint playouts)
+    or "heuristic" / "random" (no net: those playouts). The player's game is
+    the run's, or `game`, or the capped classic game."""
+    import engine
+    source, _, rest = spec.partition(",")
+    kwargs = parse_search_spec(rest)
+    kind = kwargs.pop("policy", "average")
+    if source in ("heuristic", "random"):
+        kwargs.setdefault("playout", source)
+        game = game or engine.load_game("lost_cities", max_turns=200)
+        return SearchPlayer(game, **kwargs)
+    from trainer.policy import load_policy
+    blueprint = load_policy(source, kind=kind, seed=kwargs.get("seed", 0))
+    kwargs.setdefault("topk", 4)
+    kwargs.setdefault("playout", "blueprint")
+    return SearchPlayer(blueprint.game, blueprint=blueprint, **kwargs)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="python -m trainer.search",
+        description="The search player without a net (heuristic or random playouts) against HeuristicBot "
+                    "on duplicate deals: win rate and margin with 95%% intervals, and time per decision.")
+    ap.add_argument("--worlds", type=int, nargs="+", default=[64], help="worlds per decision (several: a table)")
+    ap.add_argument("--playout", choices=["heuristic", "random"], default="heuristic")
+    ap.add_argument("--time-ms", type=float, default=None, help="time budget per decision")
+    ap.add_argument("--games", type=int, default=400, help="games per point, in duplicate pairs (default 400)")
+    ap.add_argument("--opponent", choices=["heuristic", "random"], default="heuristic")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    if args.games < 2 or min(args.worlds) < 1:
+        ap.error("--games must be >= 2 and --worlds >= 1")
+    import engine
+    import torch
+    from trainer.evaluate import duplicate_match
+    torch.set_num_threads(1)
+    game = engine.load_game("lost_cities", max_turns=200)
+    rows = []
+    for k in args.worlds:
+        player = SearchPlayer(game, worlds=k, playout=args.playout, seed=args.seed,
+                              time_limit_s=args.time_ms / 1000.0 if args.time_ms else None)
+        t0 = time.perf_counter()
+        r = duplicate_match(game, player, args.opponent, args.games, seed=args.seed)
+        row = {"worlds": k, "games": r["games"], "win_rate": r["win_rate"], "win_rate_lo": r["win_rate_lo"],
+               "win_rate_hi": r["win_rate_hi"], "margin": r["margin"], "margin_lo": r["margin_lo"],
+               "margin_hi": r["margin_hi"], "ms_per_decision": player.ms_per_decision(),
+               "decisions": player.decisions, "seconds": time.perf_counter() - t0}
+        rows.append(row)
+        if not args.json:
+            print(f"worlds {k:>4}: {r['win_rate']:.1%} [{r['win_rate_lo']:.1%}, {r['win_rate_hi']:.1%}] wins, "
+                  f"margin {r['margin']:+.1f} [{r['margin_lo']:+.1f}, {r['margin_hi']:+.1f}] "
+                  f"vs {args.opponent} over {r['games']} games; {row['ms_per_decision']:.2f} ms per decision",
+                  flush=True)
+    if args.json:
+        print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
