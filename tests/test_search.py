@@ -43,7 +43,7 @@ def _replay_worlds(game, state, seed, k):
 def test_search_values_are_heuristic_playouts_of_every_action_in_every_world():
     game = engine.load_game("lost_cities", **LC_SMALL)
     state = _midgame(game, 3)
-    player = SearchPlayer(game, worlds=5, chunk=5, seed=1)
+    player = SearchPlayer(game, worlds=5, chunk=5, halving=False, seed=1)
     seed = int(np.random.default_rng([1, 0x5EA2C4]).integers(1 << 62))
     cands, values, share = player.search(state)
     assert cands == state.legal_actions()
@@ -67,7 +67,8 @@ def test_blueprint_candidates_and_playouts():
     game = engine.load_game("lost_cities", **LC_SMALL)
     bp = _blueprint(game)
     state = _midgame(game, 4)
-    player = SearchPlayer(game, blueprint=bp, worlds=3, chunk=3, topk=2, playout="blueprint", depth=3, seed=2)
+    player = SearchPlayer(game, blueprint=bp, worlds=3, chunk=3, topk=2, playout="blueprint", depth=3,
+                          halving=False, seed=2)
     probs = bp.action_probs(state)
     top = sorted(sorted(probs, key=lambda a: (-probs[a], a))[:2])
     seed = int(np.random.default_rng([2, 0x5EA2C4]).integers(1 << 62))
@@ -93,9 +94,35 @@ def test_search_beats_random_and_keeps_to_its_time_budget():
     game = engine.load_game("lost_cities", **LC_SMALL)
     r = duplicate_match(game, SearchPlayer(game, worlds=8, seed=0), "random", 8, seed=5)
     assert r["wins"] == 8
-    budget = SearchPlayer(game, worlds=64, chunk=4, time_limit_s=1e-6, seed=0)
+    budget = SearchPlayer(game, worlds=64, chunk=4, time_limit_s=1e-6, halving=False, seed=0)
     budget.step(_midgame(game, 6))
     assert budget.worlds_played == 4                 # one chunk, then the time is up
+
+
+def test_sequential_halving_spends_the_plain_budget_on_the_contenders():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    state = _midgame(game, 7)
+    A = len(state.legal_actions())
+    assert A >= 5
+    player = SearchPlayer(game, worlds=32, seed=3)
+    calls = []
+    inner = player._chunk_values
+
+    def spy(st, me, cands, k):
+        calls.append((tuple(cands), k))
+        return inner(st, me, cands, k)
+
+    player._chunk_values = spy
+    cands, values, share = player.search(state)
+    playouts = sum(len(c) * k for c, k in calls)
+    assert playouts <= 32 * A                                  # no more than the plain search
+    rounds = [c for c, _ in calls]
+    assert len(rounds[0]) == A and len(rounds[-1]) == 2        # all candidates first, two at the end
+    seen = {a: sum(k for c, k in calls if a in c) for a in cands}
+    finalists = set(rounds[-1])
+    assert min(seen[a] for a in finalists) > 1.5 * 32          # the contenders saw more worlds
+    assert cands[int(np.argmax(values))] in finalists
+    assert np.isfinite(values).sum() == 2 and share.sum() == pytest.approx(1.0)
 
 
 def test_bad_settings_are_named():

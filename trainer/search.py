@@ -18,6 +18,12 @@ At each decision the player
      (`playout="blueprint"`); every playout of the decision advances together,
      so the blueprint's forwards are batched;
   4. plays the candidate with the best mean final score difference.
+With `halving` (the default) the worlds are spent by sequential halving:
+the budget of the plain search (worlds x candidates playouts) is split over
+log2(candidates) rounds, and after each round the worse half of the
+candidates is dropped, so the close contenders are compared over several
+times more worlds for the same cost. All candidates alive in a round are
+played in the same worlds (common random numbers).
 The copies, redeals, moves and playouts are nogil C loops (engine._batch);
 Python runs once per batch. A `time_limit_s` budget stops adding worlds (in
 chunks of `chunk` worlds) when the time is up; at least one chunk is played.
@@ -28,6 +34,7 @@ was best (the search's own confidence, for hints and replays).
 """
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -43,7 +50,7 @@ class SearchPlayer:
     trainer.policy.Policy or None; `topk` 0 searches every legal action."""
 
     def __init__(self, game, blueprint=None, worlds=64, topk=0, playout="heuristic", depth=4,
-                 time_limit_s=None, chunk=16, seed=0):
+                 time_limit_s=None, chunk=16, halving=True, seed=0):
         if game.name != "lost_cities":
             raise ValueError(f"the search player plays lost_cities, not {game.name}")
         if worlds < 1 or chunk < 1:
@@ -64,6 +71,7 @@ class SearchPlayer:
         self.depth = int(depth)
         self.time_limit_s = time_limit_s
         self.chunk = min(int(chunk), self.worlds)
+        self.halving = bool(halving)
         self.rng = np.random.default_rng([int(seed), 0x5EA2C4])
         cap = self.chunk * game.max_legal_actions()
         self.batch = StateBatch(game, cap)
@@ -76,7 +84,7 @@ class SearchPlayer:
 
     @property
     def name(self):
-        parts = [f"worlds={self.worlds}"]
+        parts = [f"worlds={self.worlds}"] + ([] if self.halving else ["halving=0"])
         if self.topk:
             parts.append(f"topk={self.topk}")
         parts.append(f"playout={self.playout}" + (f",depth={self.depth}" if self.playout == "blueprint" else ""))
@@ -93,30 +101,50 @@ class SearchPlayer:
         return sorted(ranked[:self.topk])
 
     def search(self, state):
-        """(candidates, mean final score difference of each, share of worlds
-        in which each was best)."""
+        """(candidates, mean final score difference of each over the worlds it
+        was played in, share of those worlds in which it was best)."""
         t0 = time.perf_counter()
         me = state.current_player()
         cands = self.candidates(state)
         A = len(cands)
-        totals = np.zeros(A)
-        wins = np.zeros(A)
+        totals, counts, wins = np.zeros(A), np.zeros(A), np.zeros(A)
+        alive = np.arange(A)
+        rounds = max(1, math.ceil(math.log2(A))) if self.halving and A > 2 else 1
+        budget = self.worlds * A                       # playouts: what the plain search would spend
         played = 0
-        while played < self.worlds:
-            K = min(self.chunk, self.worlds - played)
-            v = self._chunk_values(state, me, cands, K)           # [A, K]
-            totals += v.sum(axis=1)
-            best = v.max(axis=0)
-            ties = (v == best).sum(axis=0)
-            wins += ((v == best) / ties).sum(axis=1)
-            played += K
-            if self.time_limit_s is not None and time.perf_counter() - t0 >= self.time_limit_s:
+        for r in range(rounds):
+            k = self.worlds if rounds == 1 else max(1, budget // (rounds * len(alive)))
+            done = 0
+            while done < k:
+                m = min(k - done, max(1, self.batch.capacity // len(alive)))
+                v = self._chunk_values(state, me, [cands[i] for i in alive], m)       # [len(alive), m]
+                totals[alive] += v.sum(axis=1)
+                counts[alive] += m
+                best = v.max(axis=0)
+                top = v == best
+                wins[alive] += (top / top.sum(axis=0)).sum(axis=1)
+                done += m
+                played += m
+                if self._out_of_time(t0):
+                    break
+            if self._out_of_time(t0) or r == rounds - 1:
                 break
+            means = totals[alive] / counts[alive]
+            keep = max(2, math.ceil(len(alive) / 2))
+            alive = alive[np.argsort(-means, kind="stable")[:keep]]
+        values = np.where(counts > 0, totals / np.maximum(counts, 1), -np.inf)
+        # the choice is among the last survivors, by their mean over the worlds they all saw
+        final = np.full(A, -np.inf)
+        final[alive] = values[alive]
         self.decisions += 1
         self.worlds_played += played
         self.seconds += time.perf_counter() - t0
-        self.last = (cands, totals / played, wins / played)
+        share = wins / max(wins.sum(), 1e-12)
+        self.last = (cands, final, share)
         return self.last
+
+    def _out_of_time(self, t0):
+        return self.time_limit_s is not None and time.perf_counter() - t0 >= self.time_limit_s
 
     def _chunk_values(self, state, me, cands, K):
         b = self.batch
@@ -180,7 +208,7 @@ def parse_search_spec(text):
     """"worlds=64,topk=4,playout=blueprint,depth=4,time=20,chunk=16,policy=average"
     -> keyword arguments (time in milliseconds). Unknown keys raise ValueError."""
     kinds = {"worlds": int, "topk": int, "depth": int, "chunk": int, "time": float, "seed": int,
-             "playout": str, "policy": str}
+             "halving": int, "playout": str, "policy": str}
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = part.partition("=")
@@ -193,6 +221,8 @@ def parse_search_spec(text):
             raise ValueError(f"search setting {key} needs a {kinds[key].__name__}, got {value!r}") from None
     if "time" in out:
         out["time_limit_s"] = out.pop("time") / 1000.0
+    if "halving" in out:
+        out["halving"] = bool(out["halving"])
     return out
 
 
@@ -223,6 +253,7 @@ def main(argv=None):
                     "on duplicate deals: win rate and margin with 95%% intervals, and time per decision.")
     ap.add_argument("--worlds", type=int, nargs="+", default=[64], help="worlds per decision (several: a table)")
     ap.add_argument("--playout", choices=["heuristic", "random"], default="heuristic")
+    ap.add_argument("--no-halving", action="store_true", help="spend every world on every candidate")
     ap.add_argument("--time-ms", type=float, default=None, help="time budget per decision")
     ap.add_argument("--games", type=int, default=400, help="games per point, in duplicate pairs (default 400)")
     ap.add_argument("--opponent", choices=["heuristic", "random"], default="heuristic")
@@ -238,7 +269,7 @@ def main(argv=None):
     game = engine.load_game("lost_cities", max_turns=200)
     rows = []
     for k in args.worlds:
-        player = SearchPlayer(game, worlds=k, playout=args.playout, seed=args.seed,
+        player = SearchPlayer(game, worlds=k, playout=args.playout, seed=args.seed, halving=not args.no_halving,
                               time_limit_s=args.time_ms / 1000.0 if args.time_ms else None)
         t0 = time.perf_counter()
         r = duplicate_match(game, player, args.opponent, args.games, seed=args.seed)
