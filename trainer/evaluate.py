@@ -109,7 +109,7 @@ def mean_ci(x, lo=-math.inf, hi=math.inf):
     return m, max(lo, m - half), min(hi, m + half)
 
 
-def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=False):
+def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=False, record=None):
     """Play `agent` (a Policy, or a strategy net) against `opponent` on
     duplicate deals: deal d (dealt from seed + d) is played twice, with the
     agent in seat 0 and then in seat 1, so most of the luck of the deal
@@ -121,7 +121,12 @@ def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=Fa
     Their 95% intervals treat each deal's pair of games as one independent
     unit. Returns {"games", "deals", "win_rate", "win_rate_lo", "win_rate_hi",
     "margin", "margin_lo", "margin_hi", "wins", "ties", "losses", "capped",
-    "margin_by_seat"}; "capped" counts games ended by the turn cap."""
+    "margin_by_seat"}; "capped" counts games ended by the turn cap.
+
+    `record`, a list of lists, records the first len(record) games:
+    record[g] gets (player, action, probs) for every move of game g, probs
+    the agent's probabilities at its decisions (None at the opponent's);
+    trainer.replay.save_match_games writes them as replays."""
     if games < 1:
         raise ValueError("a match needs at least one game")
     agent = _as_policy(agent, seed)
@@ -150,7 +155,10 @@ def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=Fa
         for g in active:
             s = states[g]
             while not s.is_terminal() and s.current_player() != seats[g]:
-                s.apply_action(bots[g].step(s))
+                a = int(bots[g].step(s))
+                if record is not None and g < len(record):
+                    record[g].append((int(seats[g]) ^ 1, a, None))
+                s.apply_action(a)
             if not s.is_terminal():
                 waiting.append(g)
         if bar is not None:
@@ -160,11 +168,20 @@ def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=Fa
             break
         if not isinstance(agent, Policy):             # a player that searches from the state
             for g in active:
-                states[g].apply_action(int(agent.step(states[g])))
+                a = int(agent.step(states[g]))
+                if record is not None and g < len(record):
+                    from trainer.replay import decision_probs
+                    record[g].append((int(seats[g]), a, decision_probs(agent, states[g], a)))
+                states[g].apply_action(a)
             continue
         info = np.stack([states[g].information_state_tensor(seats[g]) for g in active])
         mask = np.stack([states[g].legal_actions_mask() for g in active])
-        for g, a in zip(active, agent.actions(info, mask, seats[active])):
+        actions = agent.actions(info, mask, seats[active])
+        rows = [i for i, g in enumerate(active) if record is not None and g < len(record)]
+        if rows:     # the probabilities behind the recorded games' moves (no RNG is used)
+            for i, p in zip(rows, agent.probs(info[rows], mask[rows], seats[active][rows])):
+                record[active[i]].append((int(seats[active[i]]), int(actions[i]), p))
+        for g, a in zip(active, actions):
             states[g].apply_action(int(a))
     if bar is not None:
         bar.close()
@@ -196,7 +213,7 @@ def _pyspiel_available():
 
 
 def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, openspiel=True,
-             exploiter_games=None, worlds=16, progress=False):
+             exploiter_games=None, worlds=16, progress=False, record=None):
     """All metrics of a policy on its game, as a flat dict. `agent` is a
     trainer.policy.Policy, a strategy net, or a tabular average.
 
@@ -206,7 +223,8 @@ def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, op
     (`duplicate_match`): "vs_X_win_rate" and "vs_X_margin", each with "_lo"
     and "_hi" (95%), "vs_X_games", "vs_X_capped". Against "exploiter" (its
     games: `exploiter_games`, default lc_games) also "exploiter_margin" with
-    "_lo"/"_hi": the exploiter's margin, a lower bound on exploitability."""
+    "_lo"/"_hi": the exploiter's margin, a lower bound on exploitability.
+    `record` ({opponent: list of lists}) records games as duplicate_match does."""
     if game.name in POKER_GAMES:
         policy = agent.net if isinstance(agent, AveragePolicy) else agent
         if isinstance(agent, Policy) and not isinstance(agent, AveragePolicy):
@@ -225,7 +243,8 @@ def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, op
         out = {}
         for opp in opponents:
             n = exploiter_games if (opp == "exploiter" and exploiter_games) else lc_games
-            r = duplicate_match(game, agent, opp, n, seed=seed, worlds=worlds, progress=progress)
+            r = duplicate_match(game, agent, opp, n, seed=seed, worlds=worlds, progress=progress,
+                                record=(record or {}).get(opp))
             k = f"vs_{opp}"
             for field in ("win_rate", "win_rate_lo", "win_rate_hi", "margin", "margin_lo", "margin_hi",
                           "games", "capped"):
@@ -315,6 +334,10 @@ def build_parser():
     ap.add_argument("--no-openspiel", action="store_true", help="poker: skip OpenSpiel's cross-check")
     ap.add_argument("--progress", action="store_true", help="progress bars for Lost Cities matches")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ap.add_argument("--save-games", type=int, default=0, metavar="N",
+                    help="Lost Cities: save the first N games against each opponent as replays "
+                         "(trainer/replay.py; default 0)")
+    ap.add_argument("--save-dir", default="replays", help="where --save-games writes (default ./replays)")
     return ap
 
 
@@ -339,6 +362,8 @@ def main(argv=None):
         ap.error("--games and --exploiter-games must be at least 1")
     if args.worlds < 1:
         ap.error("--worlds must be at least 1")
+    if args.save_games < 0:
+        ap.error("--save-games must be at least 0")
     try:
         opponents = _opponent_list(args.opponent)
     except ValueError as e:
@@ -376,9 +401,23 @@ def main(argv=None):
         except ValueError as e:
             print(f"error: --search: {e}", file=sys.stderr)
             return 2
+    if args.save_games and game.name != "lost_cities":
+        print(f"error: --save-games: replays are of lost_cities games, not {game.name}", file=sys.stderr)
+        return 2
+    record = {o: [[] for _ in range(args.save_games)] for o in opponents} if args.save_games else None
     metrics = evaluate(game, agent, lc_games=args.games, opponents=opponents, seed=args.seed,
                        openspiel=not args.no_openspiel, exploiter_games=args.exploiter_games,
-                       worlds=args.worlds, progress=args.progress)
+                       worlds=args.worlds, progress=args.progress, record=record)
+    if record:
+        from trainer.replay import save_match_games
+        try:
+            saved = [p for o, games in record.items() for p in save_match_games(
+                game, games, args.seed, args.save_dir, agent.name, o, policy=policy.name,
+                checkpoint=ckpt["path"], iteration=ckpt.get("iteration"))]
+        except OSError as e:
+            print(f"error: --save-dir {args.save_dir}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        print(f"saved {len(saved)} replays in {args.save_dir}", file=sys.stderr)
     if args.json:
         print(json.dumps(_jsonable({"checkpoint": ckpt["path"], "iteration": ckpt.get("iteration"),
                                     "game": game.name, "policy": policy.name,
