@@ -309,6 +309,48 @@ def test_lost_cities_run_evaluates_each_read_out_and_the_exploiter(tmp_path):
         assert m["adv_heldout_mse_0"] >= 0 and m["adv_heldout_zero_mse_1"] >= 0
 
 
+def test_warm_start_rows_are_the_heuristics_decisions():
+    import engine
+    from trainer.warmstart import heuristic_rows
+    game = engine.load_game("lost_cities", colours=3, ranks=5, hand_size=4, max_turns=200)
+    adv, strat = heuristic_rows(game, 3, seed=11, advantage=0.05)
+    decisions = []
+    for g in range(3):
+        state = game.new_initial_state(seed=11 + g)
+        while not state.is_terminal():
+            a = game.heuristic_action(state)
+            decisions.append((state.current_player(), state.information_state_tensor(), state.legal_actions_mask(), a))
+            state.apply_action(a)
+    for p in (0, 1):
+        mine = [d for d in decisions if d[0] == p]
+        rows = adv[p]
+        assert len(rows["weight"]) == len(mine) and (rows["weight"] == 1).all()
+        for i, (_, info, mask, a) in enumerate(mine):
+            assert np.array_equal(rows["info"][i], info) and np.array_equal(rows["mask"][i], mask)
+            want = np.where(mask > 0, -0.05, 0.0)
+            want[a] = 0.05
+            assert np.allclose(rows["target"][i], want)
+    assert len(strat["weight"]) == len(decisions)
+    assert np.allclose(strat["target"].sum(axis=1), 1.0) and set(np.unique(strat["target"])) == {0.0, 1.0}
+    with pytest.raises(ValueError, match="no rule-based policy"):
+        heuristic_rows(engine.load_game("kuhn_poker"), 1, 0, 0.05)
+
+
+def test_warm_started_run_starts_from_the_heuristic(tmp_path):
+    run_dir = tmp_path / "run"
+    r = run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), "--set", "train.iterations=1",
+                     "--set", "train.traversals=40", "--set", "train.adv_steps=5", "--set", "train.strategy_steps=5",
+                     "--set", "network.hidden=[16]", "--set", "eval.lc_games=2", "--set", "run.progress=false",
+                     "--set", "train.warm_start_games=4", "--set", "train.warm_start_steps=3"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "warm start: " in r.stdout and "heuristic decisions from 4 games, 3 steps per net" in r.stdout
+    m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    # the memories hold the warm-start rows besides iteration 1's samples
+    assert m["adv_memory_0"] > m["samples_adv_0"] and m["strategy_memory"] > m["samples_strat_0"] + m["samples_strat_1"]
+    with pytest.raises(ConfigError, match="warm_start_games: kuhn_poker has no rule-based policy"):
+        load_config(ROOT / "configs" / "kuhn.yaml", ["train.warm_start_games=3"])
+
+
 def test_held_out_error_against_predicting_zero():
     from trainer.loop import held_out_error
     net = torch.nn.Linear(3, 2, bias=False)

@@ -63,6 +63,14 @@ class TrainSection:
     """torch CPU threads in the trainer process."""
     time_limit_s: float = 0.0
     """Stop after the iteration that passes this wall-clock budget (0 = none)."""
+    warm_start_games: int = 0
+    """Heuristic self-play games whose decisions seed the memories and pretrain the nets before iteration 1 (0 = none; games with a rule-based policy: Lost Cities). See trainer/warmstart.py."""
+    warm_start_weight: float = 20.0
+    """Sample weight of the warm-start rows, in iterations (a sample of iteration t weighs t)."""
+    warm_start_advantage: float = 0.05
+    """Warm-start advantage targets: + for the heuristic's move, - for every other legal move."""
+    warm_start_steps: int = 1000
+    """SGD steps per net on the warm-start memories before iteration 1."""
 
 
 @dataclass
@@ -284,6 +292,10 @@ def validate(cfg):
         ("service.job_size", cfg.service.job_size >= 0),
         ("service.max_restarts", cfg.service.max_restarts >= 0),
         ("service.autocast", cfg.service.autocast in ("none", "bf16", "fp16")),
+        ("train.warm_start_games", cfg.train.warm_start_games >= 0),
+        ("train.warm_start_weight", cfg.train.warm_start_weight > 0),
+        ("train.warm_start_advantage", cfg.train.warm_start_advantage > 0),
+        ("train.warm_start_steps", cfg.train.warm_start_steps >= 0),
         ("eval.every", cfg.eval.every >= 0),
         ("eval.lc_games", cfg.eval.lc_games >= 0),
         ("eval.opponents", all(o in ("random", "heuristic") for o in cfg.eval.opponents)),
@@ -303,6 +315,9 @@ def validate(cfg):
     if cfg.train.average == "sdcfr" and cfg.game.name not in ("kuhn_poker", "leduc_poker"):
         raise ConfigError(f"config train.average: sdcfr needs a game whose info states can be listed "
                           f"(kuhn_poker, leduc_poker), not {cfg.game.name}; use network")
+    if cfg.train.warm_start_games > 0 and cfg.game.name != "lost_cities":
+        raise ConfigError(f"config train.warm_start_games: {cfg.game.name} has no rule-based policy to "
+                          "warm-start from (lost_cities has)")
     if cfg.service.workers == 0 and not cfg.service.batcher:
         raise ConfigError("config service.workers: 0 local workers needs service.batcher (workers started elsewhere)")
 

@@ -179,6 +179,28 @@ class Trainer:
         rows = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
         return held_out_error(self.nets[f"adv{p}"], rows, self.device)
 
+    def _warm_start(self):
+        """Seed the memories with heuristic self-play and pretrain every net on
+        them (trainer/warmstart.py)."""
+        from trainer.warmstart import heuristic_rows
+        tr = self.cfg.train
+        t0 = time.monotonic()
+        adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=(self.cfg.run.seed + 1) * 1000003,
+                                    advantage=tr.warm_start_advantage)
+        for p in (0, 1):
+            adv[p]["weight"] *= tr.warm_start_weight
+            self.adv_mem[p].add(adv[p])
+        strat["weight"] *= tr.warm_start_weight
+        self.strat_mem.add(strat)
+        losses = [train_net(self.nets[f"adv{p}"], self.adv_mem[p], tr.warm_start_steps, tr.batch_size,
+                            self.optimizers[f"adv{p}"], self.device, self.np_rng, advantage_loss, tr.grad_clip)
+                  for p in (0, 1)]
+        losses.append(train_net(self.nets["strategy"], self.strat_mem, tr.warm_start_steps, tr.batch_size,
+                                self.optimizers["strategy"], self.device, self.np_rng, strategy_loss, tr.grad_clip))
+        self.log(f"warm start: {len(adv[0]['weight']) + len(adv[1]['weight'])} heuristic decisions from "
+                 f"{tr.warm_start_games} games, {tr.warm_start_steps} steps per net "
+                 f"(losses {', '.join(f'{x:.4g}' for x in losses)}) in {time.monotonic() - t0:.0f} s")
+
     def _train_advantage(self, p, t):
         name = f"adv{p}"
         if self.cfg.train.reinit_advantage:
@@ -291,6 +313,8 @@ class Trainer:
                 self.log("tensorboard is not installed: no TensorBoard scalars")
         t_start = time.monotonic()
         last_metrics = {}
+        if self.start_iteration == 1 and cfg.train.warm_start_games > 0:
+            self._warm_start()
         try:
             services = LocalServices(cfg, self.run_dir, server.endpoint, log=self.log)
             services.on_worker_death = server.worker_died

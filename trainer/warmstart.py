@@ -1,0 +1,55 @@
+"""Warm start from the game's own rule-based policy (Lost Cities' heuristic).
+
+Before iteration 1, the decisions of `games` heuristic self-play games go
+into the memories as samples of a virtual iteration 0 whose weight is
+`weight` (a real sample of iteration t weighs t under linear CFR):
+  - advantage rows of the player to move: +`advantage` for the heuristic's
+    move and -`advantage` for every other legal move, so regret matching on
+    a net that fits them plays the heuristic;
+  - strategy rows: the heuristic's move with probability 1.
+The nets are then trained on those memories, so the first traversals already
+play the heuristic, and CFR's sampled regrets take over as they accumulate:
+the warm-start rows are a fixed prior on the cumulative regrets, whose share
+of the memory's weight falls like weight / (t^2 / 2) samples' worth.
+
+The heuristic is used here as a starting point only; nothing in training
+treats it as the opponent.
+"""
+import numpy as np
+
+
+def heuristic_rows(game, games, seed, advantage):
+    """({player: advantage rows}, strategy rows) of `games` heuristic
+    self-play games from deals seed, seed + 1, ... Rows are dicts of
+    info (uint8), target (float32), mask (uint8) and weight (float32, all 1)."""
+    if not hasattr(game, "heuristic_action"):
+        raise ValueError(f"{game.name} has no rule-based policy to warm-start from")
+    T, A = game.information_state_tensor_size(), game.num_distinct_actions()
+    info = {0: [], 1: []}
+    mask = {0: [], 1: []}
+    act = {0: [], 1: []}
+    for g in range(games):
+        state = game.new_initial_state(seed=seed + g)
+        while not state.is_terminal():
+            p = state.current_player()
+            a = game.heuristic_action(state)
+            info[p].append(state.information_state_tensor(p))
+            mask[p].append(state.legal_actions_mask())
+            act[p].append(a)
+            state.apply_action(a)
+    adv = {}
+    strat = []
+    for p in (0, 1):
+        n = len(act[p])
+        i = np.asarray(info[p], dtype=np.float32).reshape(n, T)
+        m = np.asarray(mask[p], dtype=np.uint8).reshape(n, A)
+        onehot = np.zeros((n, A), np.float32)
+        onehot[np.arange(n), act[p]] = 1.0
+        target = np.where(m > 0, np.where(onehot > 0, advantage, -advantage), 0.0).astype(np.float32)
+        rows = {"info": i.astype(np.uint8), "mask": m, "weight": np.ones(n, np.float32)}
+        if not np.array_equal(rows["info"], i):
+            raise ValueError("warm start: an info-state entry is not an exact uint8")
+        adv[p] = {**rows, "target": target}
+        strat.append({**rows, "target": onehot})
+    strategy = {k: np.concatenate([s[k] for s in strat]) for k in strat[0]}
+    return adv, strategy
