@@ -177,6 +177,10 @@ def _right(left, right, width=WIDTH):
     return left + " " * max(1, width - len(left) - len(right)) + right
 
 
+def _clip(text, n):
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
 def _signed(v):
     return f"{v:+d}" if v else "0"
 
@@ -197,6 +201,7 @@ def render_table(state, human, names):
     is known of its hand, the discard piles and the deck, then the human's
     expeditions and hand. Every line fits in WIDTH columns."""
     game = state.game
+    names = [_clip(n, 36) for n in names]
     colours = _colours(game)
     exp_scores = expedition_scores(state)
     scores = state.scores()
@@ -205,7 +210,7 @@ def render_table(state, human, names):
     if state.is_terminal():
         head = f" game over after {state.turn()} turns "
     else:
-        who = "you" if state.current_player() == human else names[opp]
+        who = "you" if state.current_player() == human else _clip(names[opp], 20)
         step = "play or discard" if state.phase() == "play" else "draw"
         turn = f"turn {state.turn() + 1}" + (f" of {cap}" if cap else "")
         head = f" {turn} - deck {state.deck_size()} - {who} to {step} "
@@ -370,7 +375,7 @@ def play(agent, human_seat, seed, replay_dir, inp=sys.stdin, out=sys.stdout):
                           checkpoint=agent.checkpoint, iteration=agent.iteration, source="trainer.play")
     say = lambda text="": print(text, file=out, flush=True)   # noqa: E731
     cap = game.params["max_turns"]
-    say(f"Lost Cities: you (seat {human_seat}) against {agent.name} (seat {1 - human_seat})")
+    say(f"Lost Cities: you (seat {human_seat}) against {_clip(agent.name, 44)} (seat {1 - human_seat})")
     say(f"deal seed {seed}; " + (f"the game stops after {cap} turns" if cap else "no turn cap")
         + "; seat 0 moves first")
     say("Answer with a move number or the move as text; ? for a hint, q to quit.")
