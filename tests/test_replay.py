@@ -128,6 +128,21 @@ def test_html_page_round_trips_to_the_same_game(tmp_path):
     assert [m["action"] for m in data["moves"]] == [a for _, a, _ in moves]
 
 
+def test_page_survives_names_that_look_like_markup(tmp_path):
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    state = game.new_initial_state(seed=1)
+    evil = "</script><script>alert(1)</script><!--"
+    w = ReplayWriter(tmp_path / "evil.jsonl", state, [evil, "b & <c>"], seed=1)
+    for _ in range(4):
+        a = state.legal_actions()[0]
+        w.move(state, a)
+        state.apply_action(a)
+    w.finish(state, abandoned=True)
+    page = render_html(load_replay(tmp_path / "evil.jsonl"))
+    assert evil not in page and page.count("</script>") == 2
+    assert extract_page_data(page)["header"]["players"] == [evil, "b & <c>"]
+
+
 _NODE_DOM = r"""
 const fs = require("fs"), vm = require("vm");
 const page = fs.readFileSync(process.argv[2], "utf8");

@@ -238,6 +238,9 @@ def load_replay(path):
         _fail(path, line, f"unsupported replay format {header.get('format')!r} (this reader: {FORMAT})")
     if header.get("game") != "lost_cities":
         _fail(path, line, f"replays are of lost_cities, not {header.get('game')!r}")
+    players = header.get("players")
+    if not (isinstance(players, list) and len(players) == 2 and all(isinstance(p, str) for p in players)):
+        _fail(path, line, f"the header's players must be two names, got {players!r}")
     try:
         game = engine.load_game("lost_cities", **dict(header.get("params") or {}))
     except (TypeError, ValueError) as e:
@@ -425,7 +428,7 @@ function expRow(board, st, sc, p) {
     const list = p === 1 ? cards.slice().reverse() : cards;
     if (cards.length) cell.appendChild(pts(sc.exp_scores[p][c]));
     for (const x of list) cell.appendChild(card(x));
-    if (p === 1 && cards.length) cell.appendChild(cell.firstChild);  // score away from the piles
+    if (p === 1 && cards.length) cell.appendChild(cell.firstChild);  // score next to the piles, as for seat 0
     board.appendChild(cell);
   });
 }
