@@ -69,10 +69,13 @@ cdef class StateBatch:
     cdef inline char* _row(self, int i) noexcept nogil:
         return self.data + <Py_ssize_t>i * self.size
 
-    cdef int _check_range(self, int start, int stop) except -1:
+    cdef int _span(self, int start, int stop) except -1:
+        """stop (-1: the capacity), once [start, stop) is checked to be rows."""
+        if stop < 0:
+            stop = self.capacity
         if not 0 <= start <= stop <= self.capacity:
             raise ValueError(f"rows [{start}, {stop}) out of range for capacity {self.capacity}")
-        return 0
+        return stop
 
     cdef object _rows(self, rows):
         r = np.ascontiguousarray(rows, dtype=np.int32)
@@ -87,9 +90,7 @@ cdef class StateBatch:
         cdef int i
         if state.game is not self.game:
             raise ValueError("the state belongs to another game")
-        if stop < 0:
-            stop = self.capacity
-        self._check_range(start, stop)
+        stop = self._span(start, stop)
         for i in range(start, stop):
             memcpy(self._row(i), state.data, self.size)
 
@@ -98,7 +99,7 @@ cdef class StateBatch:
 
     def state(self, int i):
         """Row i as a new State (no history)."""
-        self._check_range(i, i + 1)
+        self._span(i, i + 1)
         cdef State st = self.game._make_state()
         memcpy(st.data, self._row(i), self.size)
         return st
@@ -128,9 +129,7 @@ cdef class StateBatch:
             raise ValueError(f"{self.game.name} cannot resample hidden information")
         if player not in (0, 1):
             raise ValueError(f"player must be 0 or 1, got {player!r}")
-        if stop < 0:
-            stop = self.capacity
-        self._check_range(start, stop)
+        stop = self._span(start, stop)
         with nogil:
             for i in range(start, stop):
                 rng = rng_seed(base, 0x4E5A, <uint64_t>i)
@@ -140,9 +139,7 @@ cdef class StateBatch:
         """int8 [stop - start]: the player to act in each row, -4 when over."""
         cdef const GameDef* gd = &self.game.gd
         cdef int i
-        if stop < 0:
-            stop = self.capacity
-        self._check_range(start, stop)
+        stop = self._span(start, stop)
         out = np.empty(stop - start, dtype=np.int8)
         cdef int8_t[::1] ov = out
         with nogil:
@@ -158,9 +155,7 @@ cdef class StateBatch:
         cdef int i
         if player not in (0, 1):
             raise ValueError(f"player must be 0 or 1, got {player!r}")
-        if stop < 0:
-            stop = self.capacity
-        self._check_range(start, stop)
+        stop = self._span(start, stop)
         out = np.empty(stop - start, dtype=np.float64)
         cdef double[::1] ov = out
         with nogil:
@@ -242,9 +237,7 @@ cdef class StateBatch:
             pol = ROLLOUT_RANDOM
         else:
             raise ValueError(f"policy must be 'game' or 'random', got {policy!r}")
-        if stop < 0:
-            stop = self.capacity
-        self._check_range(start, stop)
+        stop = self._span(start, stop)
         with nogil:
             for i in range(start, stop):
                 rng = rng_seed(base, 0x9A7, <uint64_t>i)

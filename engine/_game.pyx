@@ -256,17 +256,7 @@ cdef class State:
         over the consistent deals, from the PRNG seeded by `seed`. The result
         has no history to undo. Games without hidden cards to redeal raise
         ValueError."""
-        cdef uint64_t rng
-        cdef State other
-        if self.game.gd.resample == NULL:
-            raise ValueError(f"{self.game.name} cannot resample hidden information")
-        if player not in (0, 1):
-            raise ValueError(f"player must be 0 or 1, got {player!r}")
-        other = self.game._make_state()
-        memcpy(other.data, self.data, self.game.gd.state_size)
-        rng = rng_seed(<uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF), 0x4E5A, <uint64_t>player)
-        self.game.gd.resample(self.game.gd.cfg, other.data, <int>player, &rng)
-        return other
+        return self.resample_from_rng(player, Rng(seed, 0x4E5A, player if player in (0, 1) else 0))
 
     def resample_from_rng(self, player, Rng rng):
         """resample() drawing from the xorshift state in `rng` (which advances),

@@ -190,6 +190,14 @@ def _draw(ax, rows, xs, panel, plt):
     return drawn
 
 
+def _save(fig, title, path, plt):
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot_run(run_dir, out_dir=None):
     """Write learning.png and training.png for a run; returns their paths
     (a figure with nothing to show is not written)."""
@@ -221,12 +229,7 @@ def plot_run(run_dir, out_dir=None):
             for c, (xlabel, xs) in enumerate(columns):
                 _draw(axes[r][c], rows, xs, panel, plt)
                 axes[r][c].set_xlabel(xlabel, fontsize=8)
-        fig.suptitle(f"{run_dir.name}: learning curves (95% bands)", fontsize=11)
-        fig.tight_layout()
-        path = out_dir / "learning.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, f"{run_dir.name}: learning curves (95% bands)", out_dir / "learning.png", plt))
 
     panels = training_panels(rows)
     if panels:
@@ -234,12 +237,7 @@ def plot_run(run_dir, out_dir=None):
         for r, panel in enumerate(panels):
             _draw(axes[r][0], rows, iterations, panel, plt)
         axes[-1][0].set_xlabel("iteration", fontsize=8)
-        fig.suptitle(f"{run_dir.name}: training", fontsize=11)
-        fig.tight_layout()
-        path = out_dir / "training.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, f"{run_dir.name}: training", out_dir / "training.png", plt))
     if not written:
         raise MetricsError(f"{metrics} holds nothing to plot (no evaluation, loss, throughput or timing "
                            "that changes over the run)")
