@@ -109,7 +109,7 @@ def test_quit_and_end_of_input_abandon_cleanly(tmp_path):
         r = _play(tmp_path / tag, ["heuristic", "--seed", 4], stdin)
         assert r.returncode == 0, r.stderr
         assert "Traceback" not in r.stderr
-        assert re.search(r"^Game abandoned at turn \d+; the scores stood at you -?\d+, heuristic -?\d+\.$",
+        assert re.search(r"^Game abandoned at turn \d+\.\nScores as they stood: you -?\d+, heuristic -?\d+\.$",
                          r.stdout, re.M)
         assert "Final scores" not in r.stdout
         rep = _replay_of(r.stdout)
@@ -203,6 +203,7 @@ def test_search_player(tmp_path):
     agent = [m for m in rep["moves"] if m["player"] == 1]
     assert agent and all(sum(p for _, _, p in m["probs"]) == pytest.approx(1.0, abs=1e-5) for m in agent)
     assert "the agent's probabilities for your position" in r.stdout
+    assert max(len(x) for x in _lines(r.stdout) if not x.startswith("Replay saved: ")) <= 80
     blocked = subprocess.run(
         [sys.executable, "-c", "import sys; sys.modules['trainer.search'] = None; "
          "from trainer.play import main; sys.exit(main(['search:heuristic']))"],

@@ -374,8 +374,9 @@ def play(agent, human_seat, seed, replay_dir, inp=sys.stdin, out=sys.stdout):
     writer = ReplayWriter(path, state, names, agent_seat=1 - human_seat, seed=seed, policy=agent.policy,
                           checkpoint=agent.checkpoint, iteration=agent.iteration, source="trainer.play")
     say = lambda text="": print(text, file=out, flush=True)   # noqa: E731
+    short = _clip(agent.name, 28)
     cap = game.params["max_turns"]
-    say(f"Lost Cities: you (seat {human_seat}) against {_clip(agent.name, 44)} (seat {1 - human_seat})")
+    say(f"Lost Cities: you (seat {human_seat}) against {_clip(agent.name, 34)} (seat {1 - human_seat})")
     say(f"deal seed {seed}; " + (f"the game stops after {cap} turns" if cap else "no turn cap")
         + "; seat 0 moves first")
     say("Answer with a move number or the move as text; ? for a hint, q to quit.")
@@ -385,7 +386,7 @@ def play(agent, human_seat, seed, replay_dir, inp=sys.stdin, out=sys.stdout):
             legal = state.legal_actions()
             if state.current_player() != human_seat:
                 action, probs = agent.decide(state)
-                say(f"  {agent.name}: {game.action_to_string(action)}")
+                say(f"  {short}: {game.action_to_string(action)}")
                 writer.move(state, action, probs)
                 state.apply_action(action)
                 continue
@@ -431,13 +432,14 @@ def play(agent, human_seat, seed, replay_dir, inp=sys.stdin, out=sys.stdout):
     s = state.scores()
     you, them = s[human_seat], s[1 - human_seat]
     if abandoned:
-        say(f"Game abandoned at turn {state.turn() + 1}; the scores stood at you {you}, {agent.name} {them}.")
+        say(f"Game abandoned at turn {state.turn() + 1}.")
+        say(f"Scores as they stood: you {you}, {short} {them}.")
     else:
         if state.capped():
             say(f"The game ended at the {cap}-turn cap with {state.deck_size()} cards still in the deck.")
         verdict = "You win" if you > them else ("You lose" if you < them else "A tie")
         margin = f" by {abs(you - them)}" if you != them else ""
-        say(f"Final scores: you {you}, {agent.name} {them}. {verdict}{margin}.")
+        say(f"Final scores: you {you}, {short} {them}. {verdict}{margin}.")
     say(f"Replay saved: {path}")
     say("  (draw it: python -m trainer.replay FILE --html OUT.html)")
     return state, path, abandoned
