@@ -1,7 +1,6 @@
 """trainer.play: whole games driven through stdin of the real process,
 against the heuristic, the random bot, a real checkpoint and the search
 player; the move parser and the table on their own."""
-import json
 import os
 import random
 import re

@@ -472,7 +472,7 @@ def main(argv=None):
     except OSError as e:
         print(f"error: --replay-dir {args.replay_dir}: {e.strerror or e}", file=sys.stderr)
         return 2
-    _, _, abandoned = play(agent, args.seat, seed, args.replay_dir)
+    play(agent, args.seat, seed, args.replay_dir)
     return 0
 
 
