@@ -18,6 +18,10 @@ At each decision the player
      (`playout="blueprint"`); every playout of the decision advances together,
      so the blueprint's forwards are batched;
   4. plays the candidate with the best mean final score difference.
+With an `opponent` model (a policy), each playout first finishes the
+player's turn with the playout policy and lets that model play the
+opponent's next turn: a best response to the model one turn deep, which is
+what the exploiter (trainer.exploiter) is.
 With `halving` (the default) the worlds are spent by sequential halving:
 the budget of the plain search (worlds x candidates playouts) is split over
 log2(candidates) rounds, and after each round the worse half of the
@@ -50,7 +54,7 @@ class SearchPlayer:
     trainer.policy.Policy or None; `topk` 0 searches every legal action."""
 
     def __init__(self, game, blueprint=None, worlds=64, topk=0, playout="heuristic", depth=4,
-                 time_limit_s=None, chunk=16, halving=True, seed=0):
+                 time_limit_s=None, chunk=16, halving=True, opponent=None, seed=0):
         if game.name != "lost_cities":
             raise ValueError(f"the search player plays lost_cities, not {game.name}")
         if worlds < 1 or chunk < 1:
@@ -72,6 +76,7 @@ class SearchPlayer:
         self.time_limit_s = time_limit_s
         self.chunk = min(int(chunk), self.worlds)
         self.halving = bool(halving)
+        self.opponent = opponent
         self.rng = np.random.default_rng([int(seed), 0x5EA2C4])
         cap = self.chunk * game.max_legal_actions()
         self.batch = StateBatch(game, cap)
@@ -156,10 +161,35 @@ class SearchPlayer:
         if A > 1:
             b.copy_rows(np.tile(np.arange(K), A - 1), np.arange(K, n))
         b.apply(np.arange(n), np.repeat(np.asarray(cands, np.int32), K))
+        if self.opponent is not None:
+            self._opponent_turn(me, n, K, seed)
         if self.playout == "blueprint":
             self._blueprint_steps(n, self.depth)
         b.playout(seed, 0, n, policy="random" if self.playout == "random" else "game")
         return b.returns(me, 0, n).reshape(A, K)
+
+    def _opponent_turn(self, me, n, K, seed):
+        """Finish my turn with the playout policy, then let the opponent model
+        play its whole next turn (play, then draw), one batched forward per
+        step. Its samples use one uniform number per world for every
+        candidate (common random numbers)."""
+        b = self.batch
+        b.advance(me, seed, 0, n, policy="random" if self.playout == "random" else "game")
+        opp = 1 - me
+        for _ in range(2):
+            rows = np.flatnonzero(b.current_players(0, n) == opp)
+            if len(rows) == 0:
+                break
+            m = len(rows)
+            b.encode(rows, opp, self.info, self.mask)
+            probs = self.opponent.probs(self.info[:m], self.mask[:m], np.full(m, opp))
+            if getattr(self.opponent, "greedy", False):
+                acts = probs.argmax(axis=1)
+            else:
+                cum = np.cumsum(probs, axis=1)
+                u = self.rng.random(K)[rows % K] * cum[:, -1]
+                acts = (cum > u[:, None]).argmax(axis=1)
+            b.apply(rows, acts)
 
     def _blueprint_steps(self, n, depth):
         """`depth` decisions of every live row by the blueprint, both sides,
