@@ -18,22 +18,26 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install -q "torch==2.13.*"
 fi
 "$PY" -m pip install -q "setuptools>=64" wheel "cython>=3.0" "numpy>=1.26"
-# The editable install is redone only when this checkout is not the one
-# installed into $PY, or a test tool is missing. Checked with -I (no current
-# directory on sys.path), so that the checkout itself does not pass for an
-# installed package.
+# The editable install is redone when this checkout is not the one installed
+# into $PY, or when pyproject.toml (dependencies, test extras) changed since
+# that install, as make would decide. Checked with -I (no current directory
+# on sys.path), so that the checkout itself does not pass for an installed
+# package.
 installed_here() {
     "$PY" -I - "$(pwd)" <<'EOF'
-import importlib.metadata as md, importlib.util, json, os, sys, urllib.parse, urllib.request
+import importlib.metadata as md, json, os, sys, urllib.parse, urllib.request
+root = sys.argv[1]
 try:
-    url = json.loads(md.distribution("deepcfr-lostcities").read_text("direct_url.json") or "{}")
+    dist = md.distribution("deepcfr-lostcities")
 except md.PackageNotFoundError:
     sys.exit(1)
+url = json.loads(dist.read_text("direct_url.json") or "{}")
 path = urllib.request.url2pathname(urllib.parse.urlparse(url.get("url", "")).path)
-editable = url.get("dir_info", {}).get("editable", False)
-here = editable and os.path.isdir(path) and os.path.samefile(path, sys.argv[1])
-tools = all(importlib.util.find_spec(m) for m in ("pytest", "hypothesis", "pyspiel"))
-sys.exit(0 if here and tools else 1)
+if not (url.get("dir_info", {}).get("editable") and os.path.isdir(path) and os.path.samefile(path, root)):
+    sys.exit(1)
+metadata = [f.locate() for f in dist.files or () if f.name == "METADATA"]
+newer = not metadata or os.path.getmtime(os.path.join(root, "pyproject.toml")) > os.path.getmtime(metadata[0])
+sys.exit(1 if newer else 0)
 EOF
 }
 if [ "${FORCE_INSTALL:-0}" = 1 ] || ! installed_here; then
