@@ -40,6 +40,9 @@ def build_parser():
     ap.add_argument("--curve-keys", default="", metavar="DIR",
                     help="CURVE authentication with the keys in DIR (python -m batcher.keys DIR): "
                          "only clients holding DIR/client.key_secret can connect")
+    ap.add_argument("--null-forward", action="store_true",
+                    help="benchmark mode: answer every row with ones (the uniform policy) without running a "
+                         "net, to measure the service's own cost; never for training")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return ap
 
@@ -64,7 +67,7 @@ def main(argv=None):
                           max_wait_us=args.max_wait_us, autocast=args.autocast,
                           max_message_bytes=int(args.max_message_mb * (1 << 20)),
                           log_interval_s=args.log_interval, torch_threads=args.torch_threads,
-                          curve_keys=args.curve_keys)
+                          curve_keys=args.curve_keys, null_forward=args.null_forward)
     try:
         batcher = Batcher(opts)
         if args.init_game:

@@ -9,6 +9,7 @@
     batch-1 reference measured in the same run.
 """
 import argparse
+import itertools
 import json
 import os
 import socket
@@ -87,6 +88,47 @@ def saturate(endpoint, rows, in_flight, seconds):
         client.close()
     lat_us = np.asarray(lat) * 1e6
     return done_rows / dt, float(np.percentile(lat_us, 50)), float(np.percentile(lat_us, 99)), stats
+
+
+def load_generator(endpoint, rows, segments, in_flight, seconds, cpu=None, result=None):
+    """Keeps `in_flight` infer messages of `segments` x len(rows) uint8 rows
+    (models 0 and 1 in turn, a worker's round in one message) in flight
+    against the batcher for `seconds`, from prebuilt frames so that the
+    client costs little; puts (messages, rows answered, seconds) into `result`
+    (a multiprocessing queue) or returns it. Runs in its own process."""
+    import msgpack
+    import zmq
+    from batcher import protocol as P
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    wire = np.ascontiguousarray(rows, dtype=np.uint8)
+    models = [i % 2 for i in range(segments)]
+    head = {"v": P.PROTOCOL_VERSION, "type": P.INFER, "models": models, **P.arrays_header("rows", [wire] * segments)}
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVHWM, 100000)
+    sock.setsockopt(zmq.SNDHWM, 100000)
+    sock.connect(endpoint)
+    ids = itertools.count()
+
+    def send():
+        sock.send_multipart([msgpack.packb({**head, "id": next(ids)}), *[wire] * segments], copy=False)
+    for _ in range(in_flight):
+        send()
+    done, t0 = 0, time.perf_counter()
+    t_end = t0 + seconds
+    while time.perf_counter() < t_end:
+        if sock.poll(100):
+            sock.recv_multipart(copy=False)
+            done += 1
+            send()
+    out = (done, done * segments * len(wire), time.perf_counter() - t0)
+    sock.close(0)
+    ctx.term()
+    if result is not None:
+        result.put(out)
+    return out
 
 
 def raw_forward_rows_per_s(net, rows, batch, seconds, device, autocast="none"):

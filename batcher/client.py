@@ -68,6 +68,20 @@ class BatcherClient:
         self.wire_bytes += wire.nbytes
         return req_id
 
+    def send_infer_segments(self, segments):
+        """Queue one message with rows for several models: segments is a list
+        of (model_id, rows), rows C-contiguous 2-D arrays of one wire dtype
+        (uint8, float16 or float32), sent as they are. The reply's array is a
+        list with one advantages array per segment. Returns the request id."""
+        req_id = next(self._ids)
+        arrays = [rows for _, rows in segments]
+        frames = P.pack({"type": P.INFER, "id": req_id, "models": [int(m) for m, _ in segments],
+                         **P.arrays_header("rows", arrays)}, *arrays)
+        now = time.monotonic()
+        self.in_flight[req_id] = [frames, now, now if self._try_send(frames) else 0.0, None]
+        self.wire_bytes += sum(a.nbytes for a in arrays)
+        return req_id
+
     def _try_send(self, frames):
         """Send without blocking. With no batcher connected (down, restarting,
         or refusing our CURVE key) ZeroMQ cannot take the message; it stays in
@@ -79,7 +93,8 @@ class BatcherClient:
             return False
 
     def poll(self, timeout_ms):
-        """Replies that arrived within timeout_ms: a list of (id, header, array).
+        """Replies that arrived within timeout_ms: a list of (id, header, array),
+        array being a list of arrays for send_infer_segments requests.
         Error replies to in-flight requests raise BatcherError."""
         out = self._ready
         self._ready = []
@@ -116,7 +131,10 @@ class BatcherClient:
             raise BatcherError(header.get("code"), header.get("error"))
         arr = None
         if header["type"] == P.RESULT:
-            arr = P.decode_array(header, "adv", frames[1].buffer, max_bytes=1 << 40)
+            if "adv_shapes" in header:
+                arr = P.decode_arrays(header, "adv", [f.buffer for f in frames[1:]], max_bytes=1 << 40)
+            else:
+                arr = P.decode_array(header, "adv", frames[1].buffer, max_bytes=1 << 40)
         return req_id, header, arr
 
     def _check_in_flight(self):

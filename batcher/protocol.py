@@ -20,6 +20,8 @@ PING = "ping"            # liveness; reply is "pong"
 PONG = "pong"
 ERROR = "error"          # batcher -> sender: the request was rejected
 
+MAX_SEGMENTS = 64        # most model segments in one infer message
+
 # dtypes allowed for arrays on the wire, narrowest first
 WIRE_DTYPES = {"uint8": np.uint8, "float16": np.float16, "float32": np.float32}
 
@@ -73,11 +75,32 @@ def array_header(name, arr):
     return {f"{name}_dtype": str(arr.dtype), f"{name}_shape": list(arr.shape)}
 
 
+def arrays_header(name, arrays):
+    """Header fields of a segmented message: one dtype, one shape per array."""
+    return {f"{name}_dtype": str(arrays[0].dtype), f"{name}_shapes": [list(a.shape) for a in arrays]}
+
+
 def decode_array(header, name, frame, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, expect_cols=None):
     """The 2-D array described by header[name_dtype/name_shape] in `frame`,
     checked against the header, the size limit and the expected column count."""
+    return check_array(name, header.get(f"{name}_dtype"), header.get(f"{name}_shape"), frame, max_bytes,
+                       expect_cols)
+
+
+def decode_arrays(header, name, frames, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, expect_cols=None):
+    """The 2-D arrays of a segmented message: one dtype header[name_dtype],
+    one shape per frame in header[name_shapes]; expect_cols is None or one
+    column count per frame."""
+    shapes = header.get(f"{name}_shapes")
+    if not isinstance(shapes, list) or len(shapes) != len(frames):
+        raise ProtocolError("bad_shape", f"{name}_shapes must be a list of {len(frames)} shapes, got {shapes!r}")
     dtype_name = header.get(f"{name}_dtype")
-    shape = header.get(f"{name}_shape")
+    cols = expect_cols or [None] * len(frames)
+    return [check_array(name, dtype_name, shape, frame, max_bytes, c) for shape, frame, c in zip(shapes, frames, cols)]
+
+
+def check_array(name, dtype_name, shape, frame, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, expect_cols=None):
+    """`frame` as a 2-D array of wire dtype `dtype_name` and `shape`, checked."""
     if dtype_name not in WIRE_DTYPES:
         raise ProtocolError("bad_dtype", f"{name} dtype {dtype_name!r} not allowed (allowed: {sorted(WIRE_DTYPES)})")
     if (not isinstance(shape, list) or len(shape) != 2

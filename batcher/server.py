@@ -7,6 +7,20 @@ whole requests (at least one). Replies carry the weight version used.
 Weight updates are installed between batches (the loop is single-threaded),
 so a forward never sees half-loaded weights.
 
+An infer message may carry rows for several models, one frame per model
+(a worker's whole round in one message); each segment waits in its model's
+queue and the reply goes out, one frame per segment, once every segment has
+been run.
+
+Rows are staged in their wire dtype (uint8 for the games here) and cast to
+float32 on the device, so a GPU receives a quarter of the bytes.
+
+With null_forward (a benchmark mode, never used by training) every forward is
+skipped and every row is answered with equal advantages (ones, which regret
+matching turns into the uniform policy); everything else (receiving,
+checking, queueing, staging, replying) runs as usual, so the service's own
+cost per row is what is left.
+
 Bad input never stops the service: every malformed, unknown-model or
 oversized message gets an error reply (or is dropped with a log line if it
 cannot even be addressed), and the loop goes on.
@@ -74,6 +88,8 @@ class BatcherOptions:
     """torch intra-op threads on CPU (0 = torch's default)."""
     curve_keys: str = ""
     """Directory of CURVE keys (python -m batcher.keys): only key holders may connect."""
+    null_forward: bool = False
+    """Benchmark mode: answer ones (uniform policy) without running the net; never for training."""
 
 
 class _Model:
@@ -87,12 +103,29 @@ class _Model:
         self.num_actions = spec["num_actions"]
 
 
-class _Pending:
-    __slots__ = ("identity", "req_id", "rows", "arrived")
+class _Request:
+    """One infer message: its segments' answers are collected here until the
+    last one is in, then the reply goes out (or one error, if any failed)."""
+    __slots__ = ("identity", "req_id", "models", "parts", "versions", "left", "segmented", "failed")
 
-    def __init__(self, identity, req_id, rows, arrived):
+    def __init__(self, identity, req_id, models, segmented):
         self.identity = identity
         self.req_id = req_id
+        self.models = models
+        self.parts = [None] * len(models)
+        self.versions = [0] * len(models)
+        self.left = len(models)
+        self.segmented = segmented
+        self.failed = False
+
+
+class _Pending:
+    """One segment of a request, waiting in its model's queue."""
+    __slots__ = ("request", "slot", "rows", "arrived")
+
+    def __init__(self, request, slot, rows, arrived):
+        self.request = request
+        self.slot = slot
         self.rows = rows
         self.arrived = arrived
 
@@ -148,6 +181,7 @@ class _Stats:
             "per_model": {str(k): dict(v) for k, v in self.per_model.items()},
             "errors": dict(self.errors),
             "weight_updates": self.weight_updates,
+            "cpu_s": time.process_time(),       # this process, all threads (ZeroMQ's I/O thread too)
             "versions": {str(k): m.version for k, m in models.items()},
         }
 
@@ -185,7 +219,8 @@ class Batcher:
         self.queued_rows = collections.Counter()
         self.stats = _Stats(options.max_batch)
         self._running = False
-        self._host = None
+        self._stage = {}            # wire dtype -> host staging tensor (pinned on GPU)
+        self._ones = np.zeros((0, 0), np.float32)
         self._autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.autocast)
         self._last_log = time.monotonic()
 
@@ -206,6 +241,9 @@ class Batcher:
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         log.info("batcher serving on %s (device %s, max_batch %d, max_wait %d us)",
                  self.endpoint, self.device, self.opts.max_batch, self.opts.max_wait_us)
+        if self.opts.null_forward:
+            log.warning("null forward: every row is answered with ones (uniform policy), no net runs; "
+                        "a benchmark mode, not for training")
         while self._running:
             if deadline is not None and time.monotonic() >= deadline:
                 break
@@ -271,10 +309,13 @@ class Batcher:
             elif kind == P.WEIGHTS:
                 self._on_weights(identity, header, payload)
             elif kind == P.STATS:
-                self._reply(identity, {"type": P.STATS, "id": req_id, "stats": self.stats.snapshot(self.models)})
+                stats = self.stats.snapshot(self.models)
+                stats["null_forward"] = self.opts.null_forward
+                self._reply(identity, {"type": P.STATS, "id": req_id, "stats": stats})
             elif kind == P.PING:
                 self._reply(identity, {"type": P.PONG, "id": req_id, "pid": os.getpid(),
-                                       "models": {str(k): m.version for k, m in self.models.items()}})
+                                       "models": {str(k): m.version for k, m in self.models.items()},
+                                       "null_forward": self.opts.null_forward})
             else:
                 raise P.ProtocolError("bad_type", f"unknown message type {kind!r}")
         except P.ProtocolError as e:
@@ -283,21 +324,40 @@ class Batcher:
             log.exception("error handling a message")
             self._error(identity, req_id, "internal", f"{type(e).__name__}: {e}")
 
-    def _on_infer(self, identity, header, payload):
-        model_id = header.get("model")
+    def _model(self, model_id):
         if not isinstance(model_id, int) or isinstance(model_id, bool):
-            raise P.ProtocolError("bad_header", f"infer needs an integer 'model', got {model_id!r}")
+            raise P.ProtocolError("bad_header", f"infer needs integer model ids, got {model_id!r}")
         model = self.models.get(model_id)
         if model is None:
             raise P.ProtocolError("unknown_model", f"unknown model {model_id}; loaded: {sorted(self.models)}")
-        if len(payload) != 1:
-            raise P.ProtocolError("bad_frames", f"infer takes exactly 1 array frame, got {len(payload)}")
-        rows = P.decode_array(header, "rows", payload[0].buffer, self.opts.max_message_bytes,
-                              expect_cols=model.input_size)
-        if rows.shape[0] == 0:
+        return model
+
+    def _on_infer(self, identity, header, payload):
+        limit = self.opts.max_message_bytes
+        if "models" in header:                  # segmented: one frame per model
+            models = header["models"]
+            if not isinstance(models, list) or not 1 <= len(models) <= P.MAX_SEGMENTS:
+                raise P.ProtocolError("bad_header", f"'models' must be a list of 1 to {P.MAX_SEGMENTS} model "
+                                                    f"ids, got {models!r}")
+            cols = [self._model(m).input_size for m in models]
+            if len(payload) != len(models):
+                raise P.ProtocolError("bad_frames", f"infer for {len(models)} models takes {len(models)} array "
+                                                    f"frames, got {len(payload)}")
+            segments = P.decode_arrays(header, "rows", [f.buffer for f in payload], limit, expect_cols=cols)
+            request = _Request(identity, header.get("id"), models, True)
+        else:
+            model_id = header.get("model")
+            model = self._model(model_id)
+            if len(payload) != 1:
+                raise P.ProtocolError("bad_frames", f"infer takes exactly 1 array frame, got {len(payload)}")
+            segments = [P.decode_array(header, "rows", payload[0].buffer, limit, expect_cols=model.input_size)]
+            request = _Request(identity, header.get("id"), [model_id], False)
+        if any(rows.shape[0] == 0 for rows in segments):
             raise P.ProtocolError("bad_shape", "infer with zero rows")
-        self.queues[model_id].append(_Pending(identity, header.get("id"), rows, time.monotonic()))
-        self.queued_rows[model_id] += rows.shape[0]
+        now = time.monotonic()
+        for slot, (model_id, rows) in enumerate(zip(request.models, segments)):
+            self.queues[model_id].append(_Pending(request, slot, rows, now))
+            self.queued_rows[model_id] += rows.shape[0]
 
     def _on_weights(self, identity, header, payload):
         model_id, version, spec = header.get("model"), header.get("version"), header.get("spec")
@@ -332,12 +392,44 @@ class Batcher:
             if not q:
                 del self.queues[mid]
 
-    def _host_buffer(self, rows, cols):
-        if self._host is None or self._host.shape[0] < rows or self._host.shape[1] != cols:
-            cap = max(rows, self.opts.max_batch)
-            pin = self.device.type == "cuda"
-            self._host = torch.empty((cap, cols), dtype=torch.float32, pin_memory=pin)
-        return self._host
+    def _staged(self, batch, total, cols):
+        """The batch's rows copied into one host tensor [total, cols], in their
+        wire dtype when all share one (else float32); pinned on a GPU."""
+        dtype = batch[0].rows.dtype
+        if any(p.rows.dtype != dtype for p in batch):
+            dtype = np.dtype(np.float32)
+        host = self._stage.get(dtype)
+        if host is None or host.shape[0] < total or host.shape[1] != cols:
+            cap = max(total, self.opts.max_batch)
+            host = torch.from_numpy(np.empty((cap, cols), dtype))
+            if self.device.type == "cuda":
+                host = host.pin_memory()
+            self._stage[dtype] = host
+        view = host.numpy()
+        off = 0
+        for p in batch:
+            n = p.rows.shape[0]
+            view[off:off + n] = p.rows     # a copy (a cast only for mixed dtypes)
+            off += n
+        return host[:total]
+
+    def _forward(self, model, batch, total):
+        """float32 advantages [total, num_actions] as a numpy array."""
+        x = self._staged(batch, total, model.input_size)
+        if self.opts.null_forward:
+            if self._ones.shape[0] < total or self._ones.shape[1] != model.num_actions:
+                self._ones = np.ones((max(total, self.opts.max_batch), model.num_actions), np.float32)
+            return self._ones[:total]
+        with torch.inference_mode():
+            x = x.to(self.device, non_blocking=True)
+            if x.dtype != torch.float32:
+                x = x.float()
+            if self._autocast_dtype is not None:
+                with torch.autocast(self.device.type, dtype=self._autocast_dtype):
+                    y = model.net(x)
+            else:
+                y = model.net(x)
+            return y.float().cpu().numpy()
 
     def _run_model(self, model_id):
         q = self.queues[model_id]
@@ -353,35 +445,40 @@ class Batcher:
         t0 = time.monotonic()
         waits = [(t0 - p.arrived) * 1e6 for p in batch]
         try:
-            host = self._host_buffer(total, model.input_size)
-            view = host.numpy()
-            off = 0
-            for p in batch:
-                n = p.rows.shape[0]
-                view[off:off + n] = p.rows     # casts uint8/float16 to float32
-                off += n
-            with torch.inference_mode():
-                x = host[:total].to(self.device, non_blocking=True)
-                if self._autocast_dtype is not None:
-                    with torch.autocast(self.device.type, dtype=self._autocast_dtype):
-                        y = model.net(x)
-                else:
-                    y = model.net(x)
-                out = y.float().cpu().numpy()
+            out = self._forward(model, batch, total)
         except Exception as e:
             log.exception("forward failed for model %d", model_id)
             for p in batch:
-                self._error(p.identity, p.req_id, "forward_failed", f"{type(e).__name__}: {e}")
+                self._fail(p.request, "forward_failed", f"{type(e).__name__}: {e}")
             return
         dt = time.monotonic() - t0
         self.stats.forward(model_id, total, len(batch), dt, waits)
         off = 0
         for p in batch:
             n = p.rows.shape[0]
-            part = out[off:off + n]
+            self._answer(p, out[off:off + n], model.version)
             off += n
-            self._reply(p.identity, {"type": P.RESULT, "id": p.req_id, "model": model_id,
-                                     "version": model.version, **P.array_header("adv", part)}, part)
+
+    def _fail(self, request, code, message):
+        if not request.failed:
+            request.failed = True
+            self._error(request.identity, request.req_id, code, message)
+
+    def _answer(self, p, part, version):
+        r = p.request
+        if r.failed:
+            return
+        r.parts[p.slot] = part
+        r.versions[p.slot] = version
+        r.left -= 1
+        if r.left:
+            return
+        if r.segmented:
+            self._reply(r.identity, {"type": P.RESULT, "id": r.req_id, "models": r.models, "versions": r.versions,
+                                     **P.arrays_header("adv", r.parts)}, *r.parts)
+        else:
+            self._reply(r.identity, {"type": P.RESULT, "id": r.req_id, "model": r.models[0],
+                                     "version": version, **P.array_header("adv", part)}, part)
 
     def _maybe_log(self):
         if self.opts.log_interval_s <= 0:

@@ -1,105 +1,373 @@
-"""Scaling experiment: `python -m benchmarks.scaling --workers 1,2,4,8,16 --device auto`.
+"""Steady-state scaling: `python -m benchmarks.scaling --workers 1,2,4,8,16 --device auto`.
 
-For each worker count N, a fresh batcher (default Lost Cities network) and N
-worker processes running the traversal of configs/lost_cities.yaml; records
-traversal nodes/s, the batcher's mean batch, busy fraction (forward time /
-wall time) and p99 queue wait + mean forward time. Other axes:
---machines (per group), --threads (per worker), --max-batch.
-Writes OUT.json, OUT.csv and OUT.png.
+For each worker count N: a fresh batcher (the default Lost Cities network, or
+--hidden, or --null-forward) and N worker processes running the traversal of
+configs/lost_cities.yaml with an endless supply of traversals (`python -m
+traverser --seconds`), so no worker runs dry. After --warmup-s the batcher's
+counters and every worker's counters are read at the start and at the end of
+a --window-s window; only nodes finished inside the window count. Per point:
+nodes/s, the batcher's rows/s, mean batch, busy fraction (forward time /
+window), CPU use (process CPU time / window) and CPU time per row, each
+worker's CPU use, and what limits the point. Other axes: --machines (per
+group), --groups, --threads (per worker), --max-batch. Writes OUT.json,
+OUT.csv and OUT.png.
+
+`--ceiling` measures the service's own ceiling instead (one worker, null
+forward, batcher and worker pinned to one core each where there are two):
+the batcher's CPU time per row (goal <= 0.5 us) and the worker's nodes/s as
+a fraction of the in-process uniform-policy traversal on the same core in the
+same run (goal >= 0.6).
 """
 import argparse
 import csv
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
 
-from batcher.bench import start_batcher, start_workers, wait_workers
-from batcher.client import BatcherClient
+from batcher.bench import free_port
+from batcher.client import BatcherClient, wait_for_batcher
 
 ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "configs" / "lost_cities.yaml"
+GOAL_CPU_US_PER_ROW = 0.5
+GOAL_REMOTE_SHARE = 0.6
 
 
-def traversal_flags():
-    t = yaml.safe_load((ROOT / "configs" / "lost_cities.yaml").read_text())["traversal"]
-    flags = []
-    for key, value in t.items():
+def load_config():
+    cfg = yaml.safe_load(CONFIG.read_text())
+    return cfg["game"], cfg["traversal"]
+
+
+def worker_flags():
+    """The traversal and game flags of configs/lost_cities.yaml for `python -m traverser`."""
+    game, traversal = load_config()
+    flags = ["--game", game["name"]]
+    for key, value in (game.get("params") or {}).items():
+        flags += ["--game-param", f"{key}={value}"]
+    for key, value in traversal.items():
         flags += [f"--{key.replace('_', '-')}", str(value)]
     return flags
 
 
-def run_point(device, hidden, n_workers, traversals, machines, groups, threads, max_batch, batcher_threads):
-    proc, endpoint = start_batcher(device, hidden, max_batch, batcher_threads)
+# ---------------------------------------------------------------------------
+# window accounting
+
+def window_delta(samples, t0, t1, keys=("nodes", "queries", "cpu_s")):
+    """Counter growth between the first sample at or after t0 and the last at
+    or before t1 (samples: dicts with "t" and the keys, in time order), with
+    the span "seconds" it covers. Work done before t0 or after t1 is never
+    counted. Raises ValueError if fewer than two samples fall in the window."""
+    inside = [s for s in samples if t0 <= s["t"] <= t1]
+    if len(inside) < 2:
+        raise ValueError(f"{len(inside)} counter samples in the window [{t0:.3f}, {t1:.3f}]; "
+                         "need two (longer window or shorter sampling interval)")
+    first, last = inside[0], inside[-1]
+    out = {k: last[k] - first[k] for k in keys}
+    out["seconds"] = last["t"] - first["t"]
+    return out
+
+
+def summed_rate(deltas, key="nodes"):
+    """Sum over workers of each worker's own rate within the window."""
+    return sum(d[key] / d["seconds"] for d in deltas if d["seconds"] > 0)
+
+
+# ---------------------------------------------------------------------------
+# processes
+
+def _pinned(cpu):
+    if cpu is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
+def start_batcher(device, hidden, max_batch, torch_threads, null_forward=False, max_wait_us=None, cpu=None):
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "batcher", "--bind", endpoint, "--device", device, "--init-game", "lost_cities",
+           "--hidden", *map(str, hidden), "--max-batch", str(max_batch), "--log-interval", "0",
+           "--torch-threads", str(torch_threads)]
+    game, _ = load_config()
+    for key, value in (game.get("params") or {}).items():
+        cmd += ["--game-param", f"{key}={value}"]
+    if null_forward:
+        cmd.append("--null-forward")
+    if max_wait_us is not None:
+        cmd += ["--max-wait-us", str(max_wait_us)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_pinned(cpu))
     try:
-        t0 = time.perf_counter()
-        nodes = wait_workers(start_workers(endpoint, n_workers, traversals, groups, machines, threads,
-                                           traversal_flags()))
-        wall = time.perf_counter() - t0
-        client = BatcherClient(endpoint, timeout_s=30)
-        stats = client.stats()
-        client.close()
+        wait_for_batcher(endpoint, timeout_s=60)
+    except Exception:
+        proc.kill()
+        raise RuntimeError(f"batcher did not start: {proc.stderr.read().decode()[-2000:]}")
+    return proc, endpoint
+
+
+class Worker:
+    """`python -m traverser --seconds` whose progress lines are collected as they come."""
+
+    def __init__(self, endpoint, groups, machines, threads, cpu=None, interval=0.2):
+        cmd = [sys.executable, "-m", "traverser", "--batcher", endpoint, "--json", "--seconds", "3600",
+               "--progress-interval", str(interval), "--groups", str(groups), "--machines", str(machines),
+               "--threads", str(threads), *worker_flags()]
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     preexec_fn=_pinned(cpu))
+        self.samples, self.final = [], None
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "progress" in msg:
+                self.samples.append(msg["progress"])
+            else:
+                self.final = msg
+
+    def started(self):
+        return any(s["nodes"] > 0 for s in self.samples)
+
+    def stop(self):
+        """SIGTERM (the worker finishes its requests in flight and exits); returns its stats line."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(10)
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"worker failed ({self.proc.returncode}): {self.proc.stderr.read()[-2000:]}")
+        return self.final
+
+
+def batcher_stats(endpoint):
+    client = BatcherClient(endpoint, timeout_s=30)
+    try:
+        return client.stats()
     finally:
+        client.close()
+
+
+def batcher_window(s0, s1, seconds):
+    rows = s1["rows"] - s0["rows"]
+    forwards = s1["forwards"] - s0["forwards"]
+    busy = (s1["forward_ms_mean"] * s1["forwards"] - s0["forward_ms_mean"] * s0["forwards"]) / 1000
+    cpu = s1["cpu_s"] - s0["cpu_s"]
+    return {"batcher_rows_per_s": rows / seconds, "mean_batch": rows / max(forwards, 1),
+            "batcher_busy": busy / seconds, "batcher_cpu": cpu / seconds,
+            "batcher_cpu_us_per_row": 1e6 * cpu / max(rows, 1)}
+
+
+def limit_of(point, cores):
+    """What holds a point back, from the window's counters."""
+    if point["batcher_busy"] > 0.8:
+        return "batcher forward"
+    if point["batcher_cpu"] > 0.85:
+        return "batcher CPU"
+    used = point["batcher_cpu"] + point["worker_cpu_mean"] * point["workers"]
+    if used > 0.85 * cores:
+        return "all cores busy"
+    if point["worker_cpu_mean"] > 0.85:
+        return "worker CPU"
+    return "waiting on replies"
+
+
+def run_point(args, n_workers, cpus=(None, None)):
+    proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.batcher_threads,
+                                   args.null_forward, args.max_wait_us, cpu=cpus[0])
+    workers = []
+    try:
+        workers = [Worker(endpoint, args.groups, args.machines, args.threads, cpu=cpus[1])
+                   for _ in range(n_workers)]
+        deadline = time.monotonic() + 120
+        while not all(w.started() for w in workers):
+            if time.monotonic() > deadline or any(w.proc.poll() is not None for w in workers):
+                raise RuntimeError("workers did not start: " + " | ".join(
+                    w.proc.stderr.read()[-500:] for w in workers if w.proc.poll() is not None))
+            time.sleep(0.05)
+        time.sleep(args.warmup_s)
+        t0, s0 = time.monotonic(), batcher_stats(endpoint)
+        time.sleep(args.window_s)
+        t1, s1 = time.monotonic(), batcher_stats(endpoint)
+        for w in workers:
+            w.stop()
+        deltas = [window_delta(w.samples, t0, t1) for w in workers]
+    finally:
+        for w in workers:
+            if w.proc.poll() is None:
+                w.proc.kill()
         proc.terminate()
         proc.wait(timeout=10)
-    return {"workers": n_workers, "nodes_per_s": nodes / wall, "nodes": nodes, "wall_s": wall,
-            "mean_batch": stats["mean_batch"], "busy_fraction": stats["forward_ms_mean"] * stats["forwards"] / 1000 / wall,
-            "p99_wait_us": stats["queue_wait_us"]["p99"], "forward_ms_mean": stats["forward_ms_mean"],
-            "p99_latency_ms": stats["queue_wait_us"]["p99"] / 1000 + stats["forward_ms_mean"]}
+    nodes = sum(d["nodes"] for d in deltas)
+    point = {"workers": n_workers, "nodes_per_s": summed_rate(deltas), "window_nodes": nodes,
+             "window_s": t1 - t0, "queries_per_node": sum(d["queries"] for d in deltas) / max(nodes, 1),
+             "worker_cpu_mean": float(np.mean([d["cpu_s"] / d["seconds"] for d in deltas])),
+             **batcher_window(s0, s1, t1 - t0),
+             "p99_latency_ms": s1["queue_wait_us"]["p99"] / 1000 + s1["forward_ms_mean"]}
+    point["limit"] = limit_of(point, os.cpu_count())
+    return point
 
 
-def plot(rows, path):
+# ---------------------------------------------------------------------------
+# the service's own ceiling
+
+def uniform_limit(seconds, warmup_s, machines, cpu=None):
+    """In-process uniform-policy traversal (no network, no service) of the
+    configured traversal on this process (pinned to `cpu`): nodes/s and
+    nodes per CPU second over a window after warm-up."""
+    import engine
+    from traverser._traverse import MachineGroup
+    from traverser.config import TraverserConfig
+    game_cfg, traversal = load_config()
+    game = engine.load_game(game_cfg["name"], **(game_cfg.get("params") or {}))
+    cfg = TraverserConfig(**traversal, uniform_policy=True)
+    before = os.sched_getaffinity(0)
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    try:
+        g = MachineGroup(game, cfg, n_machines=machines)
+        g.start(np.zeros(0, np.int64), np.zeros(0, np.int8), 1, 0, 1.0)
+        next_id, samples = 0, []
+        t_start = time.monotonic()
+        while True:
+            now = time.monotonic()
+            samples.append({"t": now, "cpu_s": time.process_time(), "queries": 0, **g.stats()})
+            if now - t_start > warmup_s + seconds:
+                break
+            if g.queued() < machines:
+                ids = np.arange(next_id, next_id + 4 * machines)
+                next_id += len(ids)
+                g.extend(ids, ids % 2)
+            g.step()
+            g.drain_advantage()
+            g.drain_strategy()
+    finally:
+        os.sched_setaffinity(0, before)
+    d = window_delta(samples, t_start + warmup_s, t_start + warmup_s + seconds)
+    return {"nodes_per_s": d["nodes"] / d["seconds"], "nodes_per_cpu_s": d["nodes"] / max(d["cpu_s"], 1e-9),
+            "nodes": d["nodes"], "seconds": d["seconds"]}
+
+
+def ceiling(args):
+    pin = not args.no_pin and os.cpu_count() >= 2
+    cpus = (0, 1) if pin else (None, None)
+    uni = uniform_limit(args.window_s, args.warmup_s, args.machines, cpu=cpus[1])
+    args.null_forward = True
+    remote = run_point(args, 1, cpus)
+    uni2 = uniform_limit(args.window_s, args.warmup_s, args.machines, cpu=cpus[1])
+    uniform = {"nodes_per_s": (uni["nodes_per_s"] + uni2["nodes_per_s"]) / 2,
+               "nodes_per_cpu_s": (uni["nodes_per_cpu_s"] + uni2["nodes_per_cpu_s"]) / 2,
+               "runs": [uni, uni2]}
+    worker_per_cpu_s = remote["nodes_per_s"] / max(remote["worker_cpu_mean"], 1e-9)
+    return {"pinned": pin, "machines": args.machines, "groups": args.groups,
+            "batcher_cpu_us_per_row": remote["batcher_cpu_us_per_row"], "goal_cpu_us_per_row": GOAL_CPU_US_PER_ROW,
+            "remote_share": remote["nodes_per_s"] / uniform["nodes_per_s"],
+            "remote_share_per_cpu_s": worker_per_cpu_s / uniform["nodes_per_cpu_s"],
+            "goal_remote_share": GOAL_REMOTE_SHARE, "uniform": uniform, "remote": remote}
+
+
+def print_ceiling(c):
+    r, u = c["remote"], c["uniform"]
+    where = "batcher on core 0, worker on core 1" if c["pinned"] else "not pinned"
+    print(f"service ceiling, null forward, 1 worker ({c['groups']} groups x {c['machines']} machines), {where}:")
+    print(f"  batcher CPU per row: {c['batcher_cpu_us_per_row']:.2f} us (goal <= {c['goal_cpu_us_per_row']} us); "
+          f"{r['batcher_rows_per_s']:,.0f} rows/s, mean batch {r['mean_batch']:.0f}, "
+          f"batcher CPU {r['batcher_cpu']:.2f} of a core")
+    print(f"  remote worker: {r['nodes_per_s']:,.0f} nodes/s (worker CPU {r['worker_cpu_mean']:.2f} of a core); "
+          f"in-process uniform policy: {u['nodes_per_s']:,.0f} nodes/s (mean of a run before and after)")
+    print(f"  share of the uniform limit: {c['remote_share']:.2f} (goal >= {c['goal_remote_share']}); "
+          f"per CPU second: {c['remote_share_per_cpu_s']:.2f}")
+
+
+# ---------------------------------------------------------------------------
+
+def plot(rows, path, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     x = [r["workers"] for r in rows]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-    for ax, key, label in zip(axes.flat, ["nodes_per_s", "mean_batch", "busy_fraction", "p99_latency_ms"],
-                              ["traversal nodes/s", "batcher mean batch", "batcher busy fraction",
-                               "p99 queue wait + forward (ms)"]):
-        ax.plot(x, [r[key] for r in rows], "o-")
+    panels = [("nodes_per_s", "traversal nodes/s (window)"), ("mean_batch", "batcher mean batch"),
+              ("batcher_busy", "batcher busy (forward) and CPU fraction"), ("worker_cpu_mean", "worker CPU use")]
+    for ax, (key, label) in zip(axes.flat, panels):
+        ax.plot(x, [r[key] for r in rows], "o-", label=key)
         if key == "nodes_per_s":
             ax.plot(x, [rows[0][key] * n / rows[0]["workers"] for n in x], "--", color="gray", label="linear")
-            ax.legend()
+        if key == "batcher_busy":
+            ax.plot(x, [r["batcher_cpu"] for r in rows], "s-", label="batcher_cpu")
+        ax.legend()
         ax.set_xscale("log", base=2)
         ax.set_xlabel("worker processes")
         ax.set_title(label)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"scaling on {os.cpu_count()} cores")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
-def main(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--workers", default="1,2,4,8,16")
+    ap.add_argument("--workers", default="1,2,4,8,16", help="worker process counts")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--hidden", type=int, nargs="+", default=[512, 512, 512])
-    ap.add_argument("--traversals", type=int, default=200, help="traversals per worker")
-    ap.add_argument("--machines", type=int, default=128)
-    ap.add_argument("--groups", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[512, 512, 512], help="network hidden sizes")
+    ap.add_argument("--null-forward", action="store_true",
+                    help="the batcher answers without a net (python -m batcher --null-forward)")
+    ap.add_argument("--warmup-s", type=float, default=3.0, help="seconds of work before the window opens")
+    ap.add_argument("--window-s", type=float, default=5.0, help="seconds counted")
+    ap.add_argument("--machines", type=int, default=256, help="machines per group")
+    ap.add_argument("--groups", type=int, default=4, help="groups per worker thread")
+    ap.add_argument("--threads", type=int, default=1, help="stepping threads per worker")
     ap.add_argument("--max-batch", type=int, default=4096)
-    ap.add_argument("--batcher-threads", type=int, default=0, help="batcher torch CPU threads (0 = default)")
-    ap.add_argument("--out", default="scaling", help="output path prefix")
-    args = ap.parse_args(argv)
+    ap.add_argument("--max-wait-us", type=int, default=None, help="the batcher's --max-wait-us (default its own)")
+    ap.add_argument("--batcher-threads", type=int, default=1, help="batcher torch CPU threads (0 = default)")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="measure the service's own ceiling (null forward, 1 worker) against its goals")
+    ap.add_argument("--no-pin", action="store_true", help="--ceiling: do not pin batcher and worker to cores")
+    ap.add_argument("--out", default="scaling", help="output path prefix (JSON, CSV, PNG; JSON only for --ceiling)")
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.ceiling:
+        c = ceiling(args)
+        print_ceiling(c)
+        Path(args.out + ".json").write_text(json.dumps({"ceiling": c}, indent=1))
+        print(f"wrote {args.out}.json")
+        return
     rows = []
     for n in [int(x) for x in args.workers.split(",")]:
-        r = run_point(args.device, args.hidden, n, args.traversals, args.machines, args.groups, args.threads,
-                      args.max_batch, args.batcher_threads)
+        r = run_point(args, n)
         rows.append(r)
-        print(f"{n:3d} workers: {r['nodes_per_s']:>12,.0f} nodes/s | mean batch {r['mean_batch']:7.1f} | "
-              f"busy {r['busy_fraction']:.2f} | p99 wait+forward {r['p99_latency_ms']:.1f} ms", flush=True)
-    meta = {"device": args.device, "hidden": args.hidden, "cpu_count": os.cpu_count(), "machines": args.machines,
-            "groups": args.groups, "threads": args.threads, "traversals_per_worker": args.traversals}
+        print(f"{n:3d} workers: {r['nodes_per_s']:>10,.0f} nodes/s | batcher {r['batcher_rows_per_s']:>10,.0f} rows/s, "
+              f"mean batch {r['mean_batch']:6.1f}, busy {r['batcher_busy']:.2f}, CPU {r['batcher_cpu']:.2f} "
+              f"({r['batcher_cpu_us_per_row']:.2f} us/row) | worker CPU {r['worker_cpu_mean']:.2f} | "
+              f"p99 wait+forward {r['p99_latency_ms']:.1f} ms | {r['limit']}", flush=True)
+    net = "null forward" if args.null_forward else "x".join(map(str, args.hidden)) + " net"
+    meta = {"device": args.device, "hidden": args.hidden, "null_forward": args.null_forward,
+            "cpu_count": os.cpu_count(), "machines": args.machines, "groups": args.groups, "threads": args.threads,
+            "max_batch": args.max_batch, "warmup_s": args.warmup_s, "window_s": args.window_s,
+            "traversal": str(CONFIG.relative_to(ROOT))}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    plot(rows, args.out + ".png")
+    plot(rows, args.out + ".png", f"steady state, {net}, {args.device}, {os.cpu_count()} cores")
     print(f"wrote {args.out}.json, {args.out}.csv, {args.out}.png")
 
 

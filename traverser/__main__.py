@@ -5,7 +5,9 @@ its advantages from the batcher at --batcher. Standalone, it runs
 --traversals traversals and writes the samples to --out (.npz).
 """
 import argparse
+import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -64,6 +66,12 @@ def build_parser():
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds without a batcher reply before giving up")
     ap.add_argument("--out", default=None, help="write samples to this .npz")
     ap.add_argument("--json", action="store_true", help="print the run's stats as one JSON line")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="benchmark mode: run for this long (or until SIGTERM/SIGINT) with an endless supply of "
+                         "traversals, so no machine runs dry; --traversals is ignored")
+    ap.add_argument("--progress-interval", type=float, default=0.0, metavar="S",
+                    help="print the counters as a JSON line {\"progress\": {t, cpu_s, nodes, queries, "
+                         "traversals}} every S seconds (0 = never; t is time.monotonic())")
     ap.add_argument("--curve-keys", default="", metavar="DIR",
                     help="CURVE keys (python -m batcher.keys DIR) for the batcher and the trainer")
     add_traverser_args(ap)
@@ -100,12 +108,26 @@ def main(argv=None):
             adv_parts.append(adv)
             strat_parts.append(strat)
 
-    ids = np.arange(args.traversals)
+    if args.seconds is not None and args.seconds <= 0:
+        print("error: --seconds must be > 0", file=sys.stderr)
+        return 2
+    ids = np.arange(args.traversals if args.seconds is None else 0)
+    stop = threading.Event()
+    if args.seconds is not None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, frame: stop.set())
+    progress = None
+    if args.progress_interval > 0:
+        import json
+
+        def progress(sample):
+            print(json.dumps({"progress": sample}), flush=True)
     t0 = time.perf_counter()
     try:
         stats = run_remote(game, cfg, args.batcher, ids, ids % 2, args.iteration, args.seed, float(args.iteration),
                            sink, groups_per_thread=args.groups, machines=args.machines, threads=args.threads,
-                           timeout_s=args.timeout, curve_keys=args.curve_keys)
+                           timeout_s=args.timeout, curve_keys=args.curve_keys, seconds=args.seconds, stop=stop,
+                           progress=progress, progress_interval=args.progress_interval or 0.5)
     except (BatcherError, BatcherTimeout, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -15,6 +15,16 @@ Request rows are compact: row r belongs to machine request_machine[r] and asks
 for model request_model[r]. A machine that finds a sample buffer full blocks
 without losing its place; after a drain, the next step() retries it.
 
+Wire layout (MachineGroup(..., wire=True), the remote path): a row is written
+ready to send. Player 0's rows (model_ids[0]) fill [0, n_front) from the
+front, player 1's rows (model_ids[1]) fill [M - n_back, M) from the back, so
+each model's rows are one contiguous block and a round goes out as one
+message with no gather. Each row is encoded into a small hot scratch row and
+stored as uint8 (a quarter of float32 on the wire, and a quarter of the cache
+lines written) while every value is an exact uint8; the first value that is
+not switches the group to float32 rows for good (rows already written this
+round are widened in place).
+
 Algorithms (traversal for player p, "the traverser"):
   external sampling: at p's nodes every legal action is expanded; the sample's
     regret targets are v(a) - sum_b sigma(b) v(b). At the opponent's nodes one
@@ -44,7 +54,7 @@ samples do not depend on group size, stepping order or threads.
 
 Nothing in the nogil functions touches a Python object or allocates.
 """
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
 import numpy as np
@@ -52,6 +62,36 @@ import numpy as np
 from engine._types cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from engine._rng cimport rng_seed, rng_double, rng_below
 from engine._game cimport Game, GameDef
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <string.h>
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    #endif
+    /* Zeroed memory for the machines. A large arena is 2 MiB aligned and, on
+       Linux, asks for transparent huge pages: a step touches a few lines of
+       every machine, and with 4 KiB pages those touches miss the TLB. */
+    static void* traverse_arena_alloc(size_t n) {
+        void* p = NULL;
+        const size_t huge = (size_t)1 << 21;
+        if (n >= huge) {
+            n = (n + huge - 1) & ~(huge - 1);
+            if (posix_memalign(&p, huge, n) != 0) return NULL;
+    #if defined(__linux__) && defined(MADV_HUGEPAGE)
+            madvise(p, n, MADV_HUGEPAGE);
+    #endif
+        } else {
+            p = malloc(n);
+            if (p == NULL) return NULL;
+        }
+        memset(p, 0, n);
+        return p;
+    }
+    """
+    void* traverse_arena_alloc(size_t n) nogil
+
 
 cdef enum:
     ST_ENTER = 0                # just arrived at this node
@@ -80,6 +120,14 @@ cdef struct Core:
     int32_t* request_machine    # [n_machines]
     float* advantages           # [n_machines, num_actions]
     int n_requests              # rows written since the last resume
+    # wire layout (see the module docstring); unused when wire == 0
+    int wire                    # 1 = rows by player, front and back, compact dtype
+    int wire_u8                 # 1 while every value written fitted uint8 exactly
+    float wire_u8_max           # largest value packed as uint8 (255; tests lower it)
+    int n_front                 # rows [0, n_front) are player 0's (model_ids[0])
+    int n_back                  # rows [n_machines - n_back, n_machines) are player 1's
+    uint8_t* requests_u8        # [n_machines, tensor_size] uint8 rows
+    float* scratch_row          # [tensor_size]: one row as encoded, before packing
     # traversal queue (numpy-owned)
     int64_t* queue_ids
     int8_t* queue_traverser
@@ -162,6 +210,10 @@ cdef double _cutoff_value(Core* c, Machine* m) noexcept nogil:
         return out[m.traverser] * c.params.value_scale
     for k in range(c.params.rollouts):
         memcpy(m.scratch, m.state, c.gd.state_size)
+        if c.params.rollout_resample:
+            # a deal the traverser cannot tell from the true one: k rollouts
+            # average the cutoff over k deals of what it has not seen
+            c.gd.resample(c.gd.cfg, m.scratch, m.traverser, &m.rng)
         while not c.gd.is_terminal(c.gd.cfg, m.scratch):
             if own_policy:
                 a = c.gd.rollout_action(c.gd.cfg, m.scratch, &m.rng)
@@ -230,6 +282,61 @@ cdef inline int _block(Core* c, Machine* m) noexcept nogil:
     return M_BLOCKED
 
 
+cdef inline bint _pack_u8(const float* src, uint8_t* dst, int n, float hi) noexcept nogil:
+    """dst = src as uint8; False if some value is not an integer in [0, hi]
+    (hi <= 255; NaN fails too). Branch-free, so the compiler vectorizes it:
+    a value is clamped to [0, hi], truncated, and must come back unchanged."""
+    cdef int i
+    cdef float x, y
+    cdef uint8_t u
+    cdef int bad = 0
+    for i in range(n):
+        x = src[i]
+        y = x if x > 0.0 else <float>0.0
+        y = y if y < hi else hi
+        u = <uint8_t><int>y
+        bad |= <float>u != x
+        dst[i] = u
+    return bad == 0
+
+
+cdef void _widen_rows(Core* c, int lo, int hi) noexcept nogil:
+    """float rows [lo, hi) from their uint8 copies (exact by construction)."""
+    cdef int r, i
+    cdef const uint8_t* src
+    cdef float* dst
+    for r in range(lo, hi):
+        src = c.requests_u8 + <size_t>r * c.tensor_size
+        dst = c.requests + <size_t>r * c.tensor_size
+        for i in range(c.tensor_size):
+            dst[i] = src[i]
+
+
+cdef int _wire_row(Core* c, Machine* m, int player) noexcept nogil:
+    """Encode m's info state for `player` into its wire slot; returns the row."""
+    cdef int row
+    cdef float* dst
+    if player == 0:
+        row = c.n_front
+        c.n_front += 1
+    else:
+        c.n_back += 1
+        row = c.n_machines - c.n_back
+    dst = c.requests + <size_t>row * c.tensor_size
+    if not c.wire_u8:
+        c.gd.info_state(c.gd.cfg, m.state, player, dst)
+        return row
+    c.gd.info_state(c.gd.cfg, m.state, player, c.scratch_row)
+    if _pack_u8(c.scratch_row, c.requests_u8 + <size_t>row * c.tensor_size, c.tensor_size, c.wire_u8_max):
+        return row
+    # this game's rows are not all uint8: float32 rows from now on
+    c.wire_u8 = 0
+    _widen_rows(c, 0, c.n_front - (1 if player == 0 else 0))
+    _widen_rows(c, c.n_machines - c.n_back + (1 if player == 1 else 0), c.n_machines)
+    memcpy(dst, c.scratch_row, c.tensor_size * sizeof(float))
+    return row
+
+
 cdef inline void _descend(Core* c, Machine* m, int action, double reach) noexcept nogil:
     """Apply `action` at the current frame (undo record kept there) and enter the child."""
     cdef Frame* child = &m.frames[m.depth + 1]
@@ -285,9 +392,12 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
                         sigma[i] = 1.0 / f.n_legal
                     f.stage = ST_POLICY
                     continue
-                row = c.n_requests
+                if c.wire:
+                    row = _wire_row(c, m, f.player)
+                else:
+                    row = c.n_requests
+                    c.gd.info_state(c.gd.cfg, m.state, f.player, c.requests + row * c.tensor_size)
                 c.n_requests += 1
-                c.gd.info_state(c.gd.cfg, m.state, f.player, c.requests + row * c.tensor_size)
                 c.request_model[row] = c.params.model_ids[f.player]
                 c.request_machine[row] = index
                 c.stats.queries += 1
@@ -391,17 +501,27 @@ cdef int _step_all(Core* c) noexcept nogil:
     return c.n_requests
 
 
-cdef void _resume(Core* c, int n) noexcept nogil:
+cdef void _resume_rows(Core* c, int lo, int hi) noexcept nogil:
     cdef int r
     cdef Machine* m
     cdef Frame* f
-    for r in range(n):
+    for r in range(lo, hi):
         m = &c.machines[c.request_machine[r]]
         f = &m.frames[m.depth]
-        _regret_match(c.advantages + r * c.num_actions, m.legal + m.depth * c.max_legal, f.n_legal,
+        _regret_match(c.advantages + <size_t>r * c.num_actions, m.legal + m.depth * c.max_legal, f.n_legal,
                       m.sigma + m.depth * c.max_legal, c.params.fallback_uniform != 0, &c.stats)
         m.status = M_RUNNABLE
+
+
+cdef void _resume(Core* c, int n) noexcept nogil:
+    if c.wire:
+        _resume_rows(c, 0, c.n_front)
+        _resume_rows(c, c.n_machines - c.n_back, c.n_machines)
+    else:
+        _resume_rows(c, 0, n)
     c.n_requests = 0
+    c.n_front = 0
+    c.n_back = 0
 
 
 cdef inline size_t _align8(size_t off) noexcept nogil:
@@ -464,6 +584,8 @@ cdef class MachineGroup:
     cdef readonly object request_model      # int32 [M]
     cdef readonly object request_machine    # int32 [M]
     cdef readonly object advantages         # float32 [M, num_actions]
+    cdef readonly object requests_u8        # uint8 [M, tensor_size] (wire layout only)
+    cdef object _scratch_row
     cdef dict _adv
     cdef dict _strat
     cdef object _queue_ids
@@ -475,7 +597,7 @@ cdef class MachineGroup:
         self._arena = NULL
 
     def __init__(self, Game game, config, int n_machines=256, int adv_capacity=4096,
-                 int strat_capacity=4096):
+                 int strat_capacity=4096, bint wire=False):
         cdef Core* c = &self.core
         cdef int i, D, L
         cdef Machine* m
@@ -499,7 +621,7 @@ cdef class MachineGroup:
                        + <size_t>c.gd.undo_size * (D + 1) + 2 * <size_t>c.gd.state_size)
         # (undo record D is the rollouts' scratch)
         per_machine = (per_machine + 6 * 8 + 63) & ~(<size_t>63)      # room for the 8-byte alignment
-        self._arena = <char*>calloc(1, sizeof(Machine) * n_machines + per_machine * n_machines + 64)
+        self._arena = <char*>traverse_arena_alloc(sizeof(Machine) * n_machines + per_machine * n_machines + 64)
         if self._arena == NULL:
             raise MemoryError(f"cannot allocate {n_machines} machines of depth {D - 1}")
         c.machines = <Machine*>self._arena
@@ -528,6 +650,17 @@ cdef class MachineGroup:
         c.request_model = &rm[0]
         c.request_machine = &rmach[0]
         c.advantages = &adv[0, 0]
+        self.requests_u8 = np.zeros((n_machines if wire else 0, c.tensor_size), np.uint8)
+        self._scratch_row = np.zeros(c.tensor_size, np.float32)
+        cdef float[::1] scratch = self._scratch_row
+        c.scratch_row = &scratch[0]
+        cdef uint8_t[:, ::1] req8
+        if wire:
+            req8 = self.requests_u8
+            c.requests_u8 = &req8[0, 0]
+        c.wire = wire
+        c.wire_u8 = wire
+        c.wire_u8_max = 255.0
         self._adv = _alloc_samples(adv_capacity, c.tensor_size, c.num_actions)
         self._strat = _alloc_samples(strat_capacity, c.tensor_size, c.num_actions)
         _bind_samples(&c.adv, self._adv)
@@ -564,6 +697,9 @@ cdef class MachineGroup:
         if config.rollout_policy not in ("random", "game"):
             raise ValueError(f"rollout_policy must be 'random' or 'game', got {config.rollout_policy!r}")
         p.rollout_game_policy = config.rollout_policy == "game"
+        if config.rollout_resample and self.core.gd.resample == NULL:
+            raise ValueError(f"rollout_resample: {self.game.name} has no hidden cards to redeal")
+        p.rollout_resample = 1 if config.rollout_resample else 0
         if not 0 <= config.prefix_max <= 100000:
             raise ValueError(f"prefix_max must be in [0, 100000], got {config.prefix_max}")
         p.prefix_max = config.prefix_max
@@ -605,9 +741,38 @@ cdef class MachineGroup:
         for i in range(c.n_machines):
             c.machines[i].status = M_IDLE
 
+    def extend(self, traversal_ids, traversers):
+        """Append traversals to the queue (same iteration, seed and weight as
+        start()); machines that had run out of work take them at the next step."""
+        cdef Core* c = &self.core
+        cdef int i
+        ids = np.asarray(traversal_ids, dtype=np.int64)
+        if ids.ndim != 1:
+            raise ValueError("traversal_ids must be one-dimensional")
+        trav = np.broadcast_to(np.asarray(traversers, dtype=np.int8), ids.shape)
+        if len(trav) and (trav.min() < 0 or trav.max() > 1):
+            raise ValueError("traversers must be 0 or 1")
+        pos = int(c.queue_pos)
+        self._queue_ids = np.ascontiguousarray(np.concatenate([self._queue_ids[pos:], ids]))
+        self._queue_traverser = np.ascontiguousarray(np.concatenate([self._queue_traverser[pos:], trav]))
+        cdef int64_t[::1] qi = self._queue_ids
+        cdef int8_t[::1] qt = self._queue_traverser
+        c.queue_ids = &qi[0] if len(self._queue_ids) else NULL
+        c.queue_traverser = &qt[0] if len(self._queue_ids) else NULL
+        c.queue_len = len(self._queue_ids)
+        c.queue_pos = 0
+        for i in range(c.n_machines):
+            if c.machines[i].status == M_DONE:
+                c.machines[i].status = M_IDLE
+
+    def queued(self):
+        """Traversals queued and not yet taken by a machine."""
+        return int(self.core.queue_len - self.core.queue_pos)
+
     def step(self):
         """Advance every runnable machine (GIL released); returns the number of
-        request rows now waiting in requests/request_model/request_machine."""
+        request rows now waiting in requests/request_model/request_machine
+        (rows [0, n); with wire=True see wire_segments())."""
         cdef int n
         if self.core.n_requests:
             raise RuntimeError("step(): resume() the waiting requests first")
@@ -625,6 +790,36 @@ cdef class MachineGroup:
     @property
     def n_requests(self):
         return self.core.n_requests
+
+    @property
+    def n_machines(self):
+        return self.core.n_machines
+
+    @property
+    def wire(self):
+        """True for the wire layout (MachineGroup(..., wire=True))."""
+        return bool(self.core.wire)
+
+    @property
+    def wire_dtype(self):
+        """Wire layout: 'uint8' while every row fitted uint8 exactly, else 'float32'."""
+        return "uint8" if self.core.wire_u8 else "float32"
+
+    def wire_segments(self):
+        """Wire layout: [(model id, rows, advantages)] for each player with rows
+        waiting, rows and advantages being views of this group's buffers (the
+        answer for `rows` goes into `advantages`, then resume())."""
+        cdef Core* c = &self.core
+        if not c.wire:
+            raise RuntimeError("wire_segments() needs MachineGroup(..., wire=True)")
+        rows = self.requests_u8 if c.wire_u8 else self.requests
+        out = []
+        if c.n_front:
+            out.append((c.params.model_ids[0], rows[:c.n_front], self.advantages[:c.n_front]))
+        if c.n_back:
+            lo = c.n_machines - c.n_back
+            out.append((c.params.model_ids[1], rows[lo:], self.advantages[lo:]))
+        return out
 
     def finished(self):
         """True when every queued traversal has completed."""
@@ -698,3 +893,18 @@ def _py_regret_match(adv, legal, bint uniform_fallback):
 def _py_sample(p, double u):
     cdef double[::1] pp = np.ascontiguousarray(p, dtype=np.float64)
     return _sample(&pp[0], len(p), u)
+
+
+def _py_pack_u8(x, float hi=255.0):
+    """(exact, packed) from the C uint8 packing of float32 row x."""
+    cdef float[::1] src = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.zeros(len(src), np.uint8)
+    cdef uint8_t[::1] dst = out
+    if len(src) == 0:
+        return True, out
+    return bool(_pack_u8(&src[0], &dst[0], len(src), hi)), out
+
+
+def _py_set_wire_u8_max(MachineGroup group, float hi):
+    """Tests: pack only values <= hi as uint8, so the float32 switch happens mid-round."""
+    group.core.wire_u8_max = hi

@@ -1,6 +1,8 @@
 """A traversal worker: machine groups on K threads, each thread with its own
 batcher client and RemoteStepper (ZeroMQ sockets are per thread)."""
+import itertools
 import threading
+import time
 
 import numpy as np
 import zmq
@@ -13,17 +15,40 @@ from traverser.remote import RemoteStepper
 
 def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run_seed, weight, sink,
                groups_per_thread=4, machines=256, threads=1, capacity=4096, timeout_s=60.0, resend_s=5.0,
-               context=None, on_groups=None, curve_keys=""):
+               context=None, on_groups=None, curve_keys="", seconds=None, stop=None, progress=None,
+               progress_interval=0.5):
     """Run traversals against the batcher at `endpoint`; drained chunks go to
-    sink(adv, strat) (from the stepping threads). Returns merged stats."""
+    sink(adv, strat) (from the stepping threads). Returns merged stats.
+
+    With `seconds`, the run is timed instead (benchmarks): after
+    traversal_ids, each group keeps taking fresh traversal ids (traverser =
+    id % 2) so no machine runs dry, and the stepping stops `seconds` after the
+    start, or once the threading.Event `stop` is set, with traversals
+    unfinished. progress(sample), if given, is called
+    every progress_interval seconds (from a helper thread) with the counters
+    so far: t (time.monotonic()), cpu_s (this process), nodes, queries,
+    traversals.
+    """
     ids = np.asarray(traversal_ids, dtype=np.int64)
     trav = np.broadcast_to(np.asarray(traversers, dtype=np.int8), ids.shape)
     n_groups = groups_per_thread * threads
     groups = []
     for i in range(n_groups):
-        g = MachineGroup(game, config, n_machines=machines, adv_capacity=capacity, strat_capacity=capacity)
+        g = MachineGroup(game, config, n_machines=machines, adv_capacity=capacity, strat_capacity=capacity,
+                         wire=True)
         g.start(ids[i::n_groups], trav[i::n_groups], iteration, run_seed, weight)
         groups.append(g)
+    refill, deadline = None, None
+    if seconds is not None:
+        deadline = time.monotonic() + seconds
+        next_id = itertools.count(int(ids.max()) + 1 if len(ids) else 0)
+        lock = threading.Lock()
+
+        def refill(g):
+            with lock:
+                fresh = np.fromiter((next(next_id) for _ in range(g.n_machines)), np.int64, g.n_machines)
+            g.extend(fresh, fresh % 2)
+            return True
     if on_groups is not None:
         on_groups(groups)
     errors, clients = [], []
@@ -34,7 +59,7 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
             client = BatcherClient(endpoint, timeout_s=timeout_s, resend_s=resend_s, context=context,
                                    curve_keys=curve_keys)
             clients.append(client)
-            RemoteStepper(client, my_groups, sink).run()
+            RemoteStepper(client, my_groups, sink, refill=refill, deadline=deadline, stop=stop).run()
         except BaseException as e:
             errors.append(e)
         finally:
@@ -44,6 +69,14 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
     ts = [threading.Thread(target=work, args=(groups[t::threads],)) for t in range(threads)]
     for t in ts:
         t.start()
+    if progress is not None:
+        while True:
+            alive = [t for t in ts if t.is_alive()]
+            if not alive:
+                break
+            progress(counters(groups))
+            alive[0].join(progress_interval)
+        progress(counters(groups))
     for t in ts:
         t.join()
     if errors:
@@ -52,8 +85,18 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
             raise ValueError(f"cannot use batcher endpoint {endpoint!r}: {e.strerror}") from None
         raise e
     stats = merge_stats([g.stats() for g in groups])
-    if stats["traversals"] != len(ids):
+    if seconds is None and stats["traversals"] != len(ids):
         raise RuntimeError(f"{stats['traversals']} of {len(ids)} traversals completed")
     stats["resends"] = sum(c.resends for c in clients)
     stats["wire_bytes"] = sum(c.wire_bytes for c in clients)
     return stats
+
+
+def counters(groups):
+    """Progress counters of running groups (read while they step: a sample)."""
+    total = {"t": time.monotonic(), "cpu_s": time.process_time(), "nodes": 0, "queries": 0, "traversals": 0}
+    for g in groups:
+        st = g.stats()
+        for k in ("nodes", "queries", "traversals"):
+            total[k] += st[k]
+    return total
