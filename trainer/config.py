@@ -71,6 +71,8 @@ class TrainSection:
     """Warm-start advantage targets: + for the heuristic's move, - for every other legal move."""
     warm_start_steps: int = 1000
     """SGD steps per net on the warm-start memories before iteration 1."""
+    warm_start_share: float = 0.0
+    """0: the warm-start rows sit in the memories and fade as linear CFR's weights grow. In (0, 1): they stay apart and make up this share of every advantage and strategy batch for the whole run (a lasting prior)."""
 
 
 @dataclass
@@ -296,6 +298,7 @@ def validate(cfg):
         ("train.warm_start_weight", cfg.train.warm_start_weight > 0),
         ("train.warm_start_advantage", cfg.train.warm_start_advantage > 0),
         ("train.warm_start_steps", cfg.train.warm_start_steps >= 0),
+        ("train.warm_start_share", 0.0 <= cfg.train.warm_start_share < 1.0),
         ("eval.every", cfg.eval.every >= 0),
         ("eval.lc_games", cfg.eval.lc_games >= 0),
         ("eval.opponents", all(o in ("random", "heuristic") for o in cfg.eval.opponents)),

@@ -77,6 +77,7 @@ class Trainer:
         self.versions = {0: 0, 1: 0}
         self.start_iteration = 1
         self.sdcfr = None
+        self.prior = None                 # warm-start rows kept apart (train.warm_start_share > 0)
         if cfg.train.average == "sdcfr":
             from trainer.sdcfr import TabularAverage
             self.sdcfr = TabularAverage(self.game, cfg.traversal.fallback)
@@ -179,27 +180,46 @@ class Trainer:
         rows = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
         return held_out_error(self.nets[f"adv{p}"], rows, self.device)
 
-    def _warm_start(self):
-        """Seed the memories with heuristic self-play and pretrain every net on
-        them (trainer/warmstart.py)."""
-        from trainer.warmstart import heuristic_rows
+    def _warm_start(self, pretrain=True):
+        """Heuristic self-play rows (trainer/warmstart.py): into the memories
+        (warm_start_share 0) or kept apart as a lasting prior; then, at the
+        start of a run, every net is pretrained on them. On resume with a
+        prior, the rows are made again (they are deterministic)."""
+        from trainer.warmstart import PriorMix, heuristic_rows
         tr = self.cfg.train
         t0 = time.monotonic()
         adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=(self.cfg.run.seed + 1) * 1000003,
                                     advantage=tr.warm_start_advantage)
-        for p in (0, 1):
-            adv[p]["weight"] *= tr.warm_start_weight
-            self.adv_mem[p].add(adv[p])
-        strat["weight"] *= tr.warm_start_weight
-        self.strat_mem.add(strat)
-        losses = [train_net(self.nets[f"adv{p}"], self.adv_mem[p], tr.warm_start_steps, tr.batch_size,
-                            self.optimizers[f"adv{p}"], self.device, self.np_rng, advantage_loss, tr.grad_clip)
-                  for p in (0, 1)]
-        losses.append(train_net(self.nets["strategy"], self.strat_mem, tr.warm_start_steps, tr.batch_size,
-                                self.optimizers["strategy"], self.device, self.np_rng, strategy_loss, tr.grad_clip))
+        if tr.warm_start_share > 0:
+            self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
+            memories = {f"adv{p}": PriorMix(self.adv_mem[p], adv[p], tr.warm_start_share) for p in (0, 1)}
+            memories["strategy"] = PriorMix(self.strat_mem, strat, tr.warm_start_share)
+        else:
+            for p in (0, 1):
+                adv[p]["weight"] *= tr.warm_start_weight
+                self.adv_mem[p].add(adv[p])
+            strat["weight"] *= tr.warm_start_weight
+            self.strat_mem.add(strat)
+            memories = {"adv0": self.adv_mem[0], "adv1": self.adv_mem[1], "strategy": self.strat_mem}
+        if not pretrain:
+            self.log(f"warm-start prior: {tr.warm_start_games} heuristic games, share {tr.warm_start_share:g}")
+            return
+        losses = [train_net(self.nets[name], memories[name], tr.warm_start_steps, tr.batch_size,
+                            self.optimizers[name], self.device, self.np_rng,
+                            strategy_loss if name == "strategy" else advantage_loss, tr.grad_clip)
+                  for name in ("adv0", "adv1", "strategy")]
         self.log(f"warm start: {len(adv[0]['weight']) + len(adv[1]['weight'])} heuristic decisions from "
                  f"{tr.warm_start_games} games, {tr.warm_start_steps} steps per net "
-                 f"(losses {', '.join(f'{x:.4g}' for x in losses)}) in {time.monotonic() - t0:.0f} s")
+                 f"(losses {', '.join(f'{x:.4g}' for x in losses)}) in {time.monotonic() - t0:.0f} s"
+                 + (f"; kept as {tr.warm_start_share:g} of every batch" if tr.warm_start_share > 0 else ""))
+
+    def _memory(self, name):
+        """What a net trains on: its memory, mixed with the warm-start prior if one is kept."""
+        from trainer.warmstart import PriorMix
+        memory = self.strat_mem if name == "strategy" else self.adv_mem[int(name[-1])]
+        if self.prior is None:
+            return memory
+        return PriorMix(memory, self.prior[name], self.cfg.train.warm_start_share)
 
     def _train_advantage(self, p, t):
         name = f"adv{p}"
@@ -212,7 +232,7 @@ class Trainer:
             # late iterations: smaller steps, as the regrets the nets must resolve shrink
             g["lr"] = self.cfg.train.lr * (math.sqrt(after / t) if 0 < after < t else 1.0)
         bar = self._bar(total=self.cfg.train.adv_steps, desc=f"iter {t} train adv{p}", unit="step")
-        loss = train_net(self.nets[name], self.adv_mem[p], self.cfg.train.adv_steps, self.cfg.train.batch_size,
+        loss = train_net(self.nets[name], self._memory(name), self.cfg.train.adv_steps, self.cfg.train.batch_size,
                          self.optimizers[name], self.device, self.np_rng, advantage_loss,
                          self.cfg.train.grad_clip, bar)
         if bar:
@@ -221,7 +241,7 @@ class Trainer:
 
     def _train_strategy(self, t):
         bar = self._bar(total=self.cfg.train.strategy_steps, desc=f"iter {t} train strategy", unit="step")
-        loss = train_net(self.nets["strategy"], self.strat_mem, self.cfg.train.strategy_steps,
+        loss = train_net(self.nets["strategy"], self._memory("strategy"), self.cfg.train.strategy_steps,
                          self.cfg.train.batch_size, self.optimizers["strategy"], self.device, self.np_rng,
                          strategy_loss, self.cfg.train.grad_clip, bar, cosine_decay=self.cfg.train.strategy_lr_decay)
         if bar:
@@ -313,8 +333,8 @@ class Trainer:
                 self.log("tensorboard is not installed: no TensorBoard scalars")
         t_start = time.monotonic()
         last_metrics = {}
-        if self.start_iteration == 1 and cfg.train.warm_start_games > 0:
-            self._warm_start()
+        if cfg.train.warm_start_games > 0 and (self.start_iteration == 1 or cfg.train.warm_start_share > 0):
+            self._warm_start(pretrain=self.start_iteration == 1)
         try:
             services = LocalServices(cfg, self.run_dir, server.endpoint, log=self.log)
             services.on_worker_death = server.worker_died

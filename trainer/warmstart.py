@@ -53,3 +53,35 @@ def heuristic_rows(game, games, seed, advantage):
         strat.append({**rows, "target": onehot})
     strategy = {k: np.concatenate([s[k] for s in strat]) for k in strat[0]}
     return adv, strategy
+
+
+class PriorMix:
+    """Minibatches of which a fixed share comes from the warm-start rows
+    (`prior`) for the whole run, the rest from `memory` (the run's own
+    samples). A prior row weighs as much as the memory rows of its batch
+    on average, so `share` is the prior's share of every batch's loss: the
+    nets keep the heuristic as a prior that CFR's regrets must outweigh, in
+    the manner of a magnet policy, instead of a start that fades."""
+
+    def __init__(self, memory, prior, share):
+        if not 0.0 < share < 1.0:
+            raise ValueError(f"the prior's share must be in (0, 1), got {share}")
+        self.memory = memory
+        self.prior = prior
+        self.share = float(share)
+        self.prior_rows = len(prior["weight"])
+
+    @property
+    def size(self):
+        return self.memory.size + self.prior_rows
+
+    def sample(self, batch_size, rng):
+        k = batch_size if self.memory.size == 0 else int(round(batch_size * self.share))
+        idx = rng.integers(0, self.prior_rows, size=k)
+        part = {name: self.prior[name][idx] for name in ("info", "target", "mask")}
+        if k == batch_size:
+            part["weight"] = np.ones(k, np.float32)
+            return part
+        own = self.memory.sample(batch_size - k, rng)
+        part["weight"] = np.full(k, own["weight"].mean(), np.float32)
+        return {name: np.concatenate([part[name], own[name]]) for name in ("info", "target", "mask", "weight")}
