@@ -347,8 +347,44 @@ def test_warm_started_run_starts_from_the_heuristic(tmp_path):
     m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     # the memories hold the warm-start rows besides iteration 1's samples
     assert m["adv_memory_0"] > m["samples_adv_0"] and m["strategy_memory"] > m["samples_strat_0"] + m["samples_strat_1"]
+    # kept apart as a lasting prior: not in the memories, half of every batch
+    run2 = tmp_path / "run2"
+    r = run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run2), "--set", "train.iterations=1",
+                     "--set", "train.traversals=40", "--set", "train.adv_steps=5", "--set", "train.strategy_steps=5",
+                     "--set", "network.hidden=[16]", "--set", "eval.lc_games=2", "--set", "run.progress=false",
+                     "--set", "train.warm_start_games=4", "--set", "train.warm_start_steps=3",
+                     "--set", "train.warm_start_share=0.5"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "kept as 0.5 of every batch" in r.stdout
+    m = json.loads((run2 / "metrics.jsonl").read_text().splitlines()[0])
+    assert m["adv_memory_0"] == m["samples_adv_0"]
+    r = run_trainer(["--resume", str(run2), "--set", "train.iterations=2", "--set", "run.progress=false"])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "warm-start prior: 4 heuristic games, share 0.5" in r.stdout
+    with pytest.raises(ConfigError, match="warm_start_share: bad value 1.0"):
+        load_config(ROOT / "configs" / "smoke.yaml", ["train.warm_start_share=1.0"])
     with pytest.raises(ConfigError, match="warm_start_games: kuhn_poker has no rule-based policy"):
         load_config(ROOT / "configs" / "kuhn.yaml", ["train.warm_start_games=3"])
+
+
+def test_prior_mix_keeps_the_priors_share_of_every_batch():
+    from trainer.warmstart import PriorMix
+    mem = ReservoirMemory(100, 3, 2)
+    mem.add(_chunk(list(range(1, 41))))                 # weights 1..40
+    prior = {"info": np.full((7, 3), 250, np.uint8), "target": np.full((7, 2), 9.0, np.float32),
+             "mask": np.ones((7, 2), np.uint8), "weight": np.ones(7, np.float32)}
+    mix = PriorMix(mem, prior, 0.25)
+    assert mix.size == 47
+    b = mix.sample(64, np.random.default_rng(0))
+    from_prior = b["info"][:, 0] == 250
+    assert from_prior.sum() == 16 and from_prior[:16].all()
+    own = b["weight"][~from_prior]
+    assert np.allclose(b["weight"][from_prior], own.mean())          # the share holds in the loss too
+    assert (b["target"][from_prior] == 9.0).all() and (b["target"][~from_prior] <= 40).all()
+    empty = PriorMix(ReservoirMemory(10, 3, 2), prior, 0.25).sample(8, np.random.default_rng(1))
+    assert (empty["info"][:, 0] == 250).all() and (empty["weight"] == 1).all()
+    with pytest.raises(ValueError, match="share"):
+        PriorMix(mem, prior, 1.0)
 
 
 def test_held_out_error_against_predicting_zero():
