@@ -6,6 +6,11 @@ the header; weights travel as safetensors bytes. Nothing is ever pickled.
 """
 import msgpack
 import numpy as np
+import zmq
+import zmq.backend
+
+_backend_send = zmq.backend.Socket.send
+_SNDMORE = int(zmq.SNDMORE)
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
@@ -24,6 +29,8 @@ MAX_SEGMENTS = 64        # most model segments in one infer message
 
 # dtypes allowed for arrays on the wire, narrowest first
 WIRE_DTYPES = {"uint8": np.uint8, "float16": np.float16, "float32": np.float32}
+_NP_DTYPES = {name: np.dtype(t) for name, t in WIRE_DTYPES.items()}
+_DTYPE_NAMES = {dt: name for name, dt in _NP_DTYPES.items()}     # str(dtype) runs Python code in numpy
 
 
 class ProtocolError(ValueError):
@@ -71,13 +78,28 @@ def compact_rows(x):
     return "float32", np.ascontiguousarray(x, dtype=np.float32)
 
 
+def dtype_name(dtype):
+    return _DTYPE_NAMES.get(dtype) or str(dtype)
+
+
 def array_header(name, arr):
-    return {f"{name}_dtype": str(arr.dtype), f"{name}_shape": list(arr.shape)}
+    return {f"{name}_dtype": dtype_name(arr.dtype), f"{name}_shape": list(arr.shape)}
 
 
 def arrays_header(name, arrays):
     """Header fields of a segmented message: one dtype, one shape per array."""
-    return {f"{name}_dtype": str(arrays[0].dtype), f"{name}_shapes": [list(a.shape) for a in arrays]}
+    return {f"{name}_dtype": dtype_name(arrays[0].dtype), f"{name}_shapes": [list(a.shape) for a in arrays]}
+
+
+def send_frames(sock, frames, copy=False, flags=0):
+    """sock.send_multipart(frames, flags, copy=copy) without pyzmq's per-frame
+    Python layer (flag enums, routing checks), which costs more than the send
+    itself for small messages. Raises zmq.ZMQError (zmq.Again with NOBLOCK)
+    like send_multipart; a message is queued whole or not at all."""
+    flags = int(flags)
+    last = len(frames) - 1
+    for i, frame in enumerate(frames):
+        _backend_send(sock, frame, flags | _SNDMORE if i < last else flags, copy)
 
 
 def decode_array(header, name, frame, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, expect_cols=None):
@@ -101,12 +123,13 @@ def decode_arrays(header, name, frames, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, exp
 
 def check_array(name, dtype_name, shape, frame, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, expect_cols=None):
     """`frame` as a 2-D array of wire dtype `dtype_name` and `shape`, checked."""
-    if dtype_name not in WIRE_DTYPES:
+    dtype = _NP_DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
+    if dtype is None:
         raise ProtocolError("bad_dtype", f"{name} dtype {dtype_name!r} not allowed (allowed: {sorted(WIRE_DTYPES)})")
-    if (not isinstance(shape, list) or len(shape) != 2
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
+    # type() is int: bool (a subclass of int) is refused
+    if (type(shape) is not list or len(shape) != 2 or type(shape[0]) is not int or type(shape[1]) is not int
+            or shape[0] < 0 or shape[1] < 0):
         raise ProtocolError("bad_shape", f"{name} shape must be [rows, cols] of non-negative ints, got {shape!r}")
-    dtype = np.dtype(WIRE_DTYPES[dtype_name])
     nbytes = shape[0] * shape[1] * dtype.itemsize
     if nbytes > max_bytes:
         raise ProtocolError("too_large", f"{name} of {nbytes} bytes exceeds the {max_bytes}-byte limit")

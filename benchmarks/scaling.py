@@ -261,9 +261,39 @@ def uniform_limit(seconds, warmup_s, machines, cpu=None):
             "nodes": d["nodes"], "seconds": d["seconds"]}
 
 
+def saturated_batcher(args, cpus):
+    """The batcher (null forward) under a load generator that keeps many
+    worker-shaped messages in flight (2 segments of --load-rows uint8 rows
+    each): rows/s and the batcher's CPU time per row at saturation."""
+    import multiprocessing as mp
+    import engine
+    from batcher.bench import load_generator, sample_rows
+    game_cfg, _ = load_config()
+    rows = sample_rows(engine.load_game(game_cfg["name"], **(game_cfg.get("params") or {})), args.load_rows)
+    proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.batcher_threads, True,
+                                   args.max_wait_us, cpu=cpus[0])
+    try:
+        ctx = mp.get_context("spawn")
+        result = ctx.Queue()
+        gen = ctx.Process(target=load_generator, args=(endpoint, rows, 2, args.load_in_flight,
+                                                       args.warmup_s + args.window_s + 1, cpus[1], result))
+        gen.start()
+        time.sleep(args.warmup_s)
+        t0, s0 = time.monotonic(), batcher_stats(endpoint)
+        time.sleep(args.window_s)
+        t1, s1 = time.monotonic(), batcher_stats(endpoint)
+        gen.join(60)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return {"rows_per_message": 2 * args.load_rows, "in_flight": args.load_in_flight,
+            **batcher_window(s0, s1, t1 - t0)}
+
+
 def ceiling(args):
     pin = not args.no_pin and os.cpu_count() >= 2
     cpus = (0, 1) if pin else (None, None)
+    saturated = saturated_batcher(args, cpus)
     uni = uniform_limit(args.window_s, args.warmup_s, args.machines, cpu=cpus[1])
     args.null_forward = True
     remote = run_point(args, 1, cpus)
@@ -273,22 +303,27 @@ def ceiling(args):
                "runs": [uni, uni2]}
     worker_per_cpu_s = remote["nodes_per_s"] / max(remote["worker_cpu_mean"], 1e-9)
     return {"pinned": pin, "machines": args.machines, "groups": args.groups,
-            "batcher_cpu_us_per_row": remote["batcher_cpu_us_per_row"], "goal_cpu_us_per_row": GOAL_CPU_US_PER_ROW,
+            "batcher_cpu_us_per_row": saturated["batcher_cpu_us_per_row"], "goal_cpu_us_per_row": GOAL_CPU_US_PER_ROW,
             "remote_share": remote["nodes_per_s"] / uniform["nodes_per_s"],
             "remote_share_per_cpu_s": worker_per_cpu_s / uniform["nodes_per_cpu_s"],
-            "goal_remote_share": GOAL_REMOTE_SHARE, "uniform": uniform, "remote": remote}
+            "goal_remote_share": GOAL_REMOTE_SHARE, "saturated": saturated, "uniform": uniform, "remote": remote,
+            "loadavg_after": os.getloadavg()}
 
 
 def print_ceiling(c):
-    r, u = c["remote"], c["uniform"]
-    where = "batcher on core 0, worker on core 1" if c["pinned"] else "not pinned"
-    print(f"service ceiling, null forward, 1 worker ({c['groups']} groups x {c['machines']} machines), {where}:")
-    print(f"  batcher CPU per row: {c['batcher_cpu_us_per_row']:.2f} us (goal <= {c['goal_cpu_us_per_row']} us); "
-          f"{r['batcher_rows_per_s']:,.0f} rows/s, mean batch {r['mean_batch']:.0f}, "
-          f"batcher CPU {r['batcher_cpu']:.2f} of a core")
-    print(f"  remote worker: {r['nodes_per_s']:,.0f} nodes/s (worker CPU {r['worker_cpu_mean']:.2f} of a core); "
-          f"in-process uniform policy: {u['nodes_per_s']:,.0f} nodes/s (mean of a run before and after)")
-    print(f"  share of the uniform limit: {c['remote_share']:.2f} (goal >= {c['goal_remote_share']}); "
+    r, u, s = c["remote"], c["uniform"], c["saturated"]
+    where = "batcher on core 0, worker/load on core 1" if c["pinned"] else "not pinned"
+    print(f"service ceiling, null forward ({where}; load average after: "
+          f"{', '.join(f'{x:.1f}' for x in c['loadavg_after'])}):")
+    print(f"  batcher at saturation ({s['rows_per_message']}-row messages, {s['in_flight']} in flight): "
+          f"{s['batcher_cpu_us_per_row']:.2f} us CPU per row (goal <= {c['goal_cpu_us_per_row']} us), "
+          f"{s['batcher_rows_per_s']:,.0f} rows/s, batcher CPU {s['batcher_cpu']:.2f} of a core, "
+          f"mean batch {s['mean_batch']:.0f}")
+    print(f"  1 worker ({c['groups']} groups x {c['machines']} machines): {r['nodes_per_s']:,.0f} nodes/s, "
+          f"worker CPU {r['worker_cpu_mean']:.2f} of a core; batcher {r['batcher_rows_per_s']:,.0f} rows/s at "
+          f"{r['batcher_cpu_us_per_row']:.2f} us CPU per row (mostly idle), mean batch {r['mean_batch']:.0f}")
+    print(f"  in-process uniform policy, same core: {u['nodes_per_s']:,.0f} nodes/s (mean of a run before and after)")
+    print(f"  remote share of the uniform limit: {c['remote_share']:.2f} (goal >= {c['goal_remote_share']}); "
           f"per CPU second: {c['remote_share_per_cpu_s']:.2f}")
 
 
@@ -337,6 +372,9 @@ def build_parser():
     ap.add_argument("--ceiling", action="store_true",
                     help="measure the service's own ceiling (null forward, 1 worker) against its goals")
     ap.add_argument("--no-pin", action="store_true", help="--ceiling: do not pin batcher and worker to cores")
+    ap.add_argument("--load-rows", type=int, default=256,
+                    help="--ceiling: rows per model segment of the load generator's messages (2 segments each)")
+    ap.add_argument("--load-in-flight", type=int, default=16, help="--ceiling: load generator messages in flight")
     ap.add_argument("--out", default="scaling", help="output path prefix (JSON, CSV, PNG; JSON only for --ceiling)")
     return ap
 

@@ -79,7 +79,6 @@ cdef struct Machine:
     uint64_t rng                # own xorshift state
     double ret                  # value returned by the last finished child
     char* state                 # game state
-    char* scratch               # rollout copy of the state
     Frame* frames               # [max_depth + 1]
     int* legal                  # [max_depth + 1, max_legal]
     double* sigma               # [max_depth + 1, max_legal]: current policy at each frame

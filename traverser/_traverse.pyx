@@ -127,6 +127,10 @@ cdef struct Core:
     int n_front                 # rows [0, n_front) are player 0's (model_ids[0])
     int n_back                  # rows [n_machines - n_back, n_machines) are player 1's
     uint8_t* requests_u8        # [n_machines, tensor_size] uint8 rows
+    # one rollout scratch for the whole group (a rollout never parks), kept hot in cache
+    char* rollout_state         # [state_size]
+    char* rollout_undo          # [undo_size]
+    int* rollout_legal          # [max_legal]
     float* scratch_row          # [tensor_size]: one row as encoded, before packing
     # traversal queue (numpy-owned)
     int64_t* queue_ids
@@ -202,27 +206,28 @@ cdef double _cutoff_value(Core* c, Machine* m) noexcept nogil:
     cdef double out[2]
     cdef double total = 0.0
     cdef int k, n, a
-    cdef int* legal = m.legal + c.stack_depth * c.max_legal   # last frame's row as scratch
-    cdef char* undo = m.undo + (c.stack_depth + 1) * c.gd.undo_size
+    cdef int* legal = c.rollout_legal
+    cdef char* undo = c.rollout_undo
+    cdef char* scratch = c.rollout_state
     cdef bint own_policy = c.params.rollout_game_policy and c.gd.rollout_action != NULL
     if c.params.rollouts <= 0:
         c.gd.returns(c.gd.cfg, m.state, out)
         return out[m.traverser] * c.params.value_scale
     for k in range(c.params.rollouts):
-        memcpy(m.scratch, m.state, c.gd.state_size)
+        memcpy(scratch, m.state, c.gd.state_size)
         if c.params.rollout_resample:
             # a deal the traverser cannot tell from the true one: k rollouts
             # average the cutoff over k deals of what it has not seen
-            c.gd.resample(c.gd.cfg, m.scratch, m.traverser, &m.rng)
-        while not c.gd.is_terminal(c.gd.cfg, m.scratch):
+            c.gd.resample(c.gd.cfg, scratch, m.traverser, &m.rng)
+        while not c.gd.is_terminal(c.gd.cfg, scratch):
             if own_policy:
-                a = c.gd.rollout_action(c.gd.cfg, m.scratch, &m.rng)
+                a = c.gd.rollout_action(c.gd.cfg, scratch, &m.rng)
             else:
-                n = c.gd.legal_actions(c.gd.cfg, m.scratch, legal)
+                n = c.gd.legal_actions(c.gd.cfg, scratch, legal)
                 a = legal[rng_below(&m.rng, n)]
-            c.gd.apply_action(c.gd.cfg, m.scratch, a, undo)
+            c.gd.apply_action(c.gd.cfg, scratch, a, undo)
             c.stats.rollout_moves += 1
-        c.gd.returns(c.gd.cfg, m.scratch, out)
+        c.gd.returns(c.gd.cfg, scratch, out)
         total += out[m.traverser]
     return total / c.params.rollouts * c.params.value_scale
 
@@ -601,7 +606,7 @@ cdef class MachineGroup:
         cdef Core* c = &self.core
         cdef int i, D, L
         cdef Machine* m
-        cdef size_t per_machine, off
+        cdef size_t per_machine, off, shared
         if n_machines < 1:
             raise ValueError(f"n_machines must be >= 1, got {n_machines}")
         if adv_capacity < 1 or strat_capacity < 1:
@@ -618,14 +623,20 @@ cdef class MachineGroup:
         L = c.max_legal
         # one arena for every machine: structs, frames, legal/sigma/values rows, undo, states
         per_machine = (sizeof(Frame) * D + sizeof(int) * D * L + 2 * sizeof(double) * D * L
-                       + <size_t>c.gd.undo_size * (D + 1) + 2 * <size_t>c.gd.state_size)
-        # (undo record D is the rollouts' scratch)
+                       + <size_t>c.gd.undo_size * D + <size_t>c.gd.state_size)
         per_machine = (per_machine + 6 * 8 + 63) & ~(<size_t>63)      # room for the 8-byte alignment
-        self._arena = <char*>traverse_arena_alloc(sizeof(Machine) * n_machines + per_machine * n_machines + 64)
+        # the group's rollout scratch (state, undo record, legal row) follows the Machine structs
+        shared = _align8(c.gd.state_size) + _align8(c.gd.undo_size) + sizeof(int) * L
+        self._arena = <char*>traverse_arena_alloc(sizeof(Machine) * n_machines + shared + per_machine * n_machines
+                                                  + 128)
         if self._arena == NULL:
             raise MemoryError(f"cannot allocate {n_machines} machines of depth {D - 1}")
         c.machines = <Machine*>self._arena
         off = (sizeof(Machine) * n_machines + 63) & ~(<size_t>63)
+        c.rollout_state = self._arena + off; off = _align8(off + c.gd.state_size)
+        c.rollout_undo = self._arena + off; off = _align8(off + c.gd.undo_size)
+        c.rollout_legal = <int*>(self._arena + off); off += sizeof(int) * L
+        off = (off + 63) & ~(<size_t>63)
         for i in range(n_machines):
             m = &c.machines[i]
             # every piece starts on an 8-byte boundary (states hold uint64 fields)
@@ -634,8 +645,7 @@ cdef class MachineGroup:
             m.values = <double*>(self._arena + off); off = _align8(off + sizeof(double) * D * L)
             m.legal = <int*>(self._arena + off); off = _align8(off + sizeof(int) * D * L)
             m.state = self._arena + off; off = _align8(off + c.gd.state_size)
-            m.scratch = self._arena + off; off = _align8(off + c.gd.state_size)
-            m.undo = self._arena + off; off += c.gd.undo_size * (D + 1)
+            m.undo = self._arena + off; off += c.gd.undo_size * D
             off = (off + 63) & ~(<size_t>63)
             m.status = M_DONE
         self.requests = np.zeros((n_machines, c.tensor_size), np.float32)
