@@ -282,7 +282,17 @@ class Fuzzer:
         if r.random() < 0.8:
             fields["id"] = self._value()
         t = fields.get("type")
-        if t == P.INFER or r.random() < 0.2:
+        if (t == P.INFER or r.random() < 0.2) and r.random() < 0.3:       # segmented: one frame per model
+            k = r.choice([1, 2, 2, 3])
+            if r.random() < 0.9:
+                fields["models"] = ([r.choice(self.model_ids) for _ in range(k)] if r.random() < 0.7
+                                    else r.choice([[], list(range(P.MAX_SEGMENTS + 1)), self._value(), [True]]))
+            if r.random() < 0.9:
+                fields["rows_dtype"] = r.choice(_DTYPES[:3]) if r.random() < 0.6 else r.choice(_DTYPES)
+            if r.random() < 0.9:
+                fields["rows_shapes"] = ([self._shape() for _ in range(k)] if r.random() < 0.8
+                                         else r.choice([self._value(), [self._shape()] * (k + 1)]))
+        elif t == P.INFER or r.random() < 0.2:
             if r.random() < 0.9:
                 fields["model"] = r.choice(self.model_ids) if r.random() < 0.6 else r.choice(_SCALARS)
             if r.random() < 0.9:
@@ -298,9 +308,18 @@ class Fuzzer:
         return fields
 
     def _payload_for(self, fields):
-        """Frames that sometimes match the header's dtype/shape exactly."""
+        """Frames that sometimes match the header's dtype/shape(s) exactly."""
         r = self.rng
-        shape, dtype = fields.get("rows_shape"), fields.get("rows_dtype")
+        shapes = fields.get("rows_shapes")
+        if isinstance(shapes, list) and shapes and r.random() < 0.8:
+            frames = [f for shape in shapes for f in self._frames_for(shape, fields.get("rows_dtype"))[:1]]
+            if r.random() < 0.1:
+                frames = frames[:-1] if r.random() < 0.5 else frames + [self._bytes()]
+            return frames
+        return self._frames_for(fields.get("rows_shape"), fields.get("rows_dtype"))
+
+    def _frames_for(self, shape, dtype):
+        r = self.rng
         if (r.random() < 0.5 and isinstance(shape, list) and len(shape) == 2 and dtype in P.WIRE_DTYPES
                 and all(type(s) is int and 0 <= s <= 4096 for s in shape)):
             n = shape[0] * shape[1] * np.dtype(P.WIRE_DTYPES[dtype]).itemsize

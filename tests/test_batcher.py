@@ -102,7 +102,7 @@ def test_cli_help_mentions_every_flag():
     r = H.run_cli(["-m", "batcher", "--help"])
     assert r.returncode == 0, r.stderr
     for flag in ("--device", "--bind", "--max-batch", "--max-wait-us", "--autocast", "--max-message-mb",
-                 "--log-interval", "--init-game", "--game-param", "--hidden", "--torch-threads"):
+                 "--log-interval", "--init-game", "--game-param", "--hidden", "--torch-threads", "--null-forward"):
         assert flag in r.stdout, flag
 
 
@@ -562,6 +562,7 @@ def _fuzz_round(sockets, fuzzer, n, drain_timeout_s=20.0):
                 while s.poll(0):
                     head = msgpack.unpackb(s.recv_multipart()[0], raw=False)
                     kinds[head["type"] if head["type"] != P.ERROR else head["code"]] += 1
+                    kinds["segmented_result"] += head["type"] == P.RESULT and "models" in head
                     replies += 1
             if replies < sent:
                 zmq.select(sockets, [], [], 0.05)
@@ -594,7 +595,7 @@ def test_fuzz_random_messages(tmp_path):
             assert bp.alive()
             # the fuzz reached the interesting paths, not just the header parser
             for k in ("bad_header", "bad_version", "bad_type", "bad_dtype", "bad_shape", "bad_frames",
-                      "unknown_model", "bad_weights", "too_large", P.RESULT, P.PONG, P.STATS):
+                      "unknown_model", "bad_weights", "too_large", P.RESULT, P.PONG, P.STATS, "segmented_result"):
                 assert kinds[k] > 0, (k, kinds)
             assert "internal" not in kinds, kinds
             assert rss_2 - rss_1 < 30 * 1024, f"RSS grew from {rss_1} kB to {rss_2} kB over 10k messages"
@@ -612,7 +613,8 @@ def test_fuzz_random_messages(tmp_path):
                 st = c.stats()
                 assert "internal" not in st["errors"]
                 assert sum(st["errors"].values()) == sum(v for k, v in kinds.items()
-                                                         if k not in (P.RESULT, P.PONG, P.STATS, P.ACK))
+                                                         if k not in (P.RESULT, P.PONG, P.STATS, P.ACK,
+                                                                      "segmented_result"))
             finally:
                 c.close()
     finally:

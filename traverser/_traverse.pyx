@@ -815,6 +815,10 @@ cdef class MachineGroup:
         """Wire layout: 'uint8' while every row fitted uint8 exactly, else 'float32'."""
         return "uint8" if self.core.wire_u8 else "float32"
 
+    def wire_counts(self):
+        """Wire layout: (rows at the front for model_ids[0], rows at the back for model_ids[1])."""
+        return int(self.core.n_front), int(self.core.n_back)
+
     def wire_segments(self):
         """Wire layout: [(model id, rows, advantages)] for each player with rows
         waiting, rows and advantages being views of this group's buffers (the

@@ -1,0 +1,440 @@
+"""The service's own ceiling (issue 13): segmented infer messages, the null
+forward, the wire layout of machine groups, timed workers with an endless
+traversal supply, and the steady-state benchmark's window accounting.
+
+Real ZeroMQ sockets on loopback, real subprocesses, real PyTorch nets.
+"""
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import batcher_helpers as H  # noqa: E402
+import engine  # noqa: E402
+from batcher import protocol as P  # noqa: E402
+from batcher.client import BatcherClient, infer_blocking  # noqa: E402
+from batcher.networks import net_for_game  # noqa: E402
+from benchmarks.scaling import summed_rate, window_delta  # noqa: E402
+from traverser._traverse import MachineGroup, _py_pack_u8, _py_set_wire_u8_max  # noqa: E402
+from traverser.config import TraverserConfig  # noqa: E402
+from traverser.local import run_local, sort_samples  # noqa: E402
+from traverser.worker import run_remote  # noqa: E402
+
+torch.set_num_threads(1)
+
+HIDDEN = (16, 16)
+LEDUC = engine.load_game("leduc_poker")
+KUHN = engine.load_game("kuhn_poker")
+LC = engine.load_game("lost_cities", max_turns=200)
+# the default Lost Cities traversal, shortened: sampled roots, a short depth, heuristic rollouts
+LC_CFG = dict(algorithm="external", max_depth=2, prefix_max=30, rollouts=1, rollout_policy="game",
+              value_scale=0.01)
+
+
+def forward(net, rows):
+    with torch.inference_mode():
+        return net(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))).float().numpy()
+
+
+def nets_for(game):
+    return {0: net_for_game(game, HIDDEN, seed=0), 1: net_for_game(game, HIDDEN, seed=1)}
+
+
+def served(nets, version=0):
+    """{model: (net, version)} for InProcessBatcher."""
+    return {m: (net, version) for m, net in nets.items()}
+
+
+def int_rows(n, cols, seed=0, hi=4):
+    return np.random.default_rng(seed).integers(0, hi, (n, cols)).astype(np.float32)
+
+
+def segmented_frames(models, arrays, req_id=1, **extra):
+    head = {"type": P.INFER, "id": req_id, "models": models, **P.arrays_header("rows", arrays), **extra}
+    return P.pack(head, *[np.ascontiguousarray(a) for a in arrays])
+
+
+# ---------------------------------------------------------------------------
+# segmented infer: one message, one frame per model
+
+def test_segmented_infer_matches_per_model_forwards():
+    nets = nets_for(LEDUC)
+    cols = LEDUC.information_state_tensor_size()
+    with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 3)}, max_wait_us=1000) as srv:
+        c = srv.client()
+        for dtype in (np.uint8, np.float16, np.float32):
+            segs = [(0, int_rows(5, cols, 1).astype(dtype)), (1, int_rows(3, cols, 2).astype(dtype)),
+                    (0, int_rows(1, cols, 3).astype(dtype))]
+            rid = c.send_infer_segments(segs)
+            got = {}
+            deadline = time.monotonic() + 10
+            while rid not in got:
+                assert time.monotonic() < deadline
+                got.update({r: (h, a) for r, h, a in c.poll(50)})
+            head, advs = got[rid]
+            assert head["type"] == P.RESULT and head["models"] == [0, 1, 0] and head["versions"] == [0, 3, 0]
+            a = LEDUC.num_distinct_actions()
+            assert head["adv_dtype"] == "float32" and head["adv_shapes"] == [[5, a], [3, a], [1, a]]
+            assert len(advs) == 3
+            for (m, rows), adv in zip(segs, advs):
+                np.testing.assert_allclose(adv, forward(nets[m], rows), atol=1e-5, rtol=0)
+        st = c.stats()
+        assert st["per_model"]["0"]["requests"] == 6 and st["per_model"]["1"]["requests"] == 3
+        assert st["rows"] == 3 * (5 + 3 + 1)
+        # the single-model form still answers with one frame
+        head, adv = infer_blocking(c, 1, int_rows(2, cols))
+        assert head["model"] == 1 and head["version"] == 3 and adv.shape == (2, LEDUC.num_distinct_actions())
+    assert not srv.errors
+
+
+@pytest.mark.parametrize("frames, code", [
+    (lambda r: segmented_frames(7, [r]), "bad_header"),
+    (lambda r: segmented_frames([], [r])[:1], "bad_header"),
+    (lambda r: segmented_frames(list(range(P.MAX_SEGMENTS + 1)), [r] * (P.MAX_SEGMENTS + 1)), "bad_header"),
+    (lambda r: segmented_frames([0, True], [r, r]), "bad_header"),
+    (lambda r: segmented_frames([0, 5], [r, r]), "unknown_model"),
+    (lambda r: segmented_frames([0, 1], [r, r])[:-1], "bad_frames"),
+    (lambda r: segmented_frames([0, 1], [r, r]) + [b"extra"], "bad_frames"),
+    (lambda r: segmented_frames([0, 1], [r, r], rows_shapes=[[2, 9]]), "bad_shape"),
+    (lambda r: segmented_frames([0, 1], [r, r[:0]]), "bad_shape"),
+    (lambda r: segmented_frames([0, 1], [r, r[:, :5]]), "bad_shape"),
+    (lambda r: segmented_frames([0, 1], [r, r], rows_dtype="int64"), "bad_dtype"),
+])
+def test_segmented_infer_errors_and_the_service_goes_on(frames, code):
+    nets = nets_for(LEDUC)
+    rows = int_rows(2, LEDUC.information_state_tensor_size()).astype(np.uint8)
+    with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 0)}) as srv:
+        s = srv.dealer()
+        got = H.exchange(s, frames(rows), 5000)
+        assert got is not None, "no reply"
+        assert got[0]["type"] == P.ERROR and got[0]["code"] == code, got[0]
+        got = H.exchange(s, segmented_frames([1, 0], [rows, rows], req_id=9), 5000)
+        assert got[0]["type"] == P.RESULT and got[0]["id"] == 9 and len(got[1]) == 2
+        assert srv.serving()
+    assert not srv.errors
+
+
+def test_a_failed_forward_fails_the_whole_segmented_request_once():
+    nets = nets_for(LEDUC)
+    with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 0)}, max_wait_us=200_000) as srv:
+        def boom(x):
+            raise RuntimeError("out of memory (test)")
+        srv.batcher.models[1].net.forward = boom
+        s = srv.dealer()
+        rows = int_rows(2, LEDUC.information_state_tensor_size()).astype(np.uint8)
+        s.send_multipart(segmented_frames([0, 1, 1], [rows, rows, rows], req_id=5))
+        head, _ = H.recv_reply(s)
+        assert head["type"] == P.ERROR and head["code"] == "forward_failed" and head["id"] == 5
+        assert H.recv_reply(s, 500) is None                      # one reply, not one per segment
+        del srv.batcher.models[1].net.forward
+        got = H.exchange(s, segmented_frames([0, 1], [rows, rows], req_id=6), 5000)
+        assert got[0]["type"] == P.RESULT
+    assert not srv.errors
+
+
+# ---------------------------------------------------------------------------
+# the null forward
+
+def test_null_forward_answers_ones_of_the_right_shape_in_process():
+    nets = nets_for(LC)
+    cols, actions = LC.information_state_tensor_size(), LC.num_distinct_actions()
+    with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 2)}, null_forward=True) as srv:
+        c = srv.client()
+        assert c.ping()["null_forward"] is True
+        st0 = c.stats()
+        for n, dtype in ((1, np.float32), (7, np.uint8), (300, np.float16)):
+            head, adv = infer_blocking(c, 1, int_rows(n, cols, n).astype(dtype))
+            assert head["version"] == 2 and adv.dtype == np.float32 and adv.shape == (n, actions)
+            assert (adv == 1.0).all()
+        rid = c.send_infer_segments([(0, int_rows(4, cols).astype(np.uint8)), (1, int_rows(6, cols).astype(np.uint8))])
+        got = {}
+        while rid not in got:
+            got.update({r: (h, a) for r, h, a in c.poll(50)})
+        head, advs = got[rid]
+        assert [a.shape for a in advs] == [(4, actions), (6, actions)] and all((a == 1.0).all() for a in advs)
+        st = c.stats()
+        assert st["null_forward"] is True and st["rows"] == 1 + 7 + 300 + 10
+        assert st["cpu_s"] >= st0["cpu_s"] > 0
+        # shape checks still apply
+        s = srv.dealer()
+        head, _ = H.exchange(s, H.infer_frames(0, int_rows(2, cols - 1)), 5000)
+        assert head["code"] == "bad_shape"
+    assert not srv.errors
+
+
+def test_null_forward_cli_answers_through_real_sockets(tmp_path):
+    args = ["--init-game", "kuhn_poker", "--hidden", "8", "--null-forward"]
+    with H.BatcherProcess(args=args, log_path=tmp_path / "batcher.log") as bp:
+        bp.start()
+        c = BatcherClient(bp.endpoint, timeout_s=10)
+        try:
+            assert c.ping()["null_forward"] is True
+            rows = int_rows(5, KUHN.information_state_tensor_size(), hi=2)
+            head, adv = infer_blocking(c, 2, rows)
+            assert head["model"] == 2 and adv.shape == (5, KUHN.num_distinct_actions()) and (adv == 1.0).all()
+            assert c.stats()["null_forward"] is True
+        finally:
+            c.close()
+    assert "null forward" in (tmp_path / "batcher.log").read_text()
+
+
+def test_the_default_batcher_is_no_null_forward(tmp_path):
+    nets = nets_for(KUHN)
+    with H.InProcessBatcher({0: (nets[0], 0)}) as srv:
+        c = srv.client()
+        assert c.ping()["null_forward"] is False and c.stats()["null_forward"] is False
+        rows = int_rows(3, KUHN.information_state_tensor_size(), hi=2)
+        np.testing.assert_allclose(infer_blocking(c, 0, rows)[1], forward(nets[0], rows), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("game, cfg", [
+    (LEDUC, dict(algorithm="external")),
+    (LC, LC_CFG),
+])
+def test_remote_worker_on_a_null_forward_is_the_uniform_policy(game, cfg):
+    """Ones from the batcher regret-match to the uniform policy, so a remote run
+    against a null forward makes exactly the in-process uniform-policy run."""
+    ids = np.arange(60 if game is LC else 200)
+    with H.InProcessBatcher(served(nets_for(game)), null_forward=True) as srv:
+        parts = []
+        stats = run_remote(game, TraverserConfig(**cfg), srv.endpoint, ids, ids % 2, 3, 11, 3.0,
+                           lambda a, s: parts.append((a, s)), groups_per_thread=3, machines=7,
+                           context=srv.ctx, timeout_s=20)
+    ref_adv, ref_strat, ref = run_local(game, TraverserConfig(**cfg, uniform_policy=True), ids, ids % 2,
+                                        iteration=3, run_seed=11, weight=3.0, machines=9)
+    for k in ("nodes", "terminals", "cutoffs", "adv_samples", "strat_samples", "traversals", "rollout_moves"):
+        assert stats[k] == ref[k], k
+    assert stats["queries"] > 0 and ref["queries"] == 0 and stats["fallbacks"] == 0
+    for i, ref_s in ((0, ref_adv), (1, ref_strat)):
+        got = sort_samples({k: np.concatenate([p[i][k] for p in parts]) for k in parts[0][i]})
+        ref_s = sort_samples(ref_s)
+        assert len(got["weight"]) == len(ref_s["weight"]) > 0
+        for col in got:
+            np.testing.assert_array_equal(got[col], ref_s[col], err_msg=col)
+
+
+# ---------------------------------------------------------------------------
+# the wire layout of a machine group
+
+def test_pack_u8_refuses_anything_but_exact_small_integers():
+    ok, out = _py_pack_u8([0, 1, 17, 255, -0.0])
+    assert ok and out.tolist() == [0, 1, 17, 255, 0]
+    for bad in ([256], [-1], [0.5], [np.nan], [np.inf], [-np.inf], [3, 2.0000002]):
+        assert not _py_pack_u8(bad)[0], bad
+    assert _py_pack_u8([2, 3], 3.0)[0] and not _py_pack_u8([2, 4], 3.0)[0]
+    assert _py_pack_u8(np.arange(1000) % 256)[0]            # longer than one vector loop
+
+
+def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None):
+    """A wire group and a plain group stepped side by side on the same answers:
+    every wire row equals its machine's plain row, and the samples are equal.
+    Returns (rounds, rounds sent as uint8, whether a switch to float32 widened
+    rows written earlier in its round)."""
+    nets = nets_for(game)
+    plain = MachineGroup(game, cfg, n_machines=n_machines)
+    wire = MachineGroup(game, cfg, n_machines=n_machines, wire=True)
+    ids = np.arange(n_traversals)
+    for g in (plain, wire):
+        g.start(ids, ids % 2, 1, 5, 1.0)
+    rounds = u8_rounds = 0
+    widened = None
+    drained = {id(plain): [], id(wire): []}
+    while not plain.finished():
+        if lower_at is not None and rounds == lower_at:
+            _py_set_wire_u8_max(wire, hi)
+        n = plain.step()
+        assert wire.step() == n
+        for g in (plain, wire):
+            if g.blocked() or g.finished():
+                drained[id(g)].append((g.drain_advantage(), g.drain_strategy()))
+        if n == 0:
+            continue
+        rounds += 1
+        plain_row = {int(m): r for r, m in enumerate(plain.request_machine[:n])}
+        front, back = wire.wire_counts()
+        assert front + back == n
+        segments = wire.wire_segments()
+        slots = [range(front), range(n_machines - back, n_machines)]
+        slots = [s for s in slots if len(s)]
+        assert len(segments) == len(slots)
+        packed = []                                   # (machine, row fits hi)
+        for (model, rows, adv), slot in zip(segments, slots):
+            assert rows.dtype == np.dtype(wire.wire_dtype) and len(rows) == len(slot)
+            for k, w in enumerate(slot):
+                machine = int(wire.request_machine[w])
+                r = plain_row.pop(machine)
+                assert plain.request_model[r] == model == wire.request_model[w]
+                np.testing.assert_array_equal(rows[k].astype(np.float32), plain.requests[r])
+                packed.append((machine, hi is None or rows[k].max() <= hi))
+            adv[...] = forward(nets[model], rows)
+        assert not plain_row                          # every plain row has its wire twin
+        if wire.wire_dtype == "uint8":
+            u8_rounds += 1
+        elif widened is None:                         # the round that switched
+            trigger = min(m for m, fits in packed if not fits)
+            widened = any(fits and m < trigger for m, fits in packed)
+        models = plain.request_model[:n]
+        for m in np.unique(models):
+            idx = np.flatnonzero(models == m)
+            plain.advantages[idx] = forward(nets[int(m)], plain.requests[idx])
+        plain.resume(n)
+        wire.resume(n)
+    for g in (plain, wire):
+        drained[id(g)].append((g.drain_advantage(), g.drain_strategy()))
+    for i in (0, 1):
+        a, b = [sort_samples({k: np.concatenate([p[i][k] for p in drained[id(g)]]) for k in drained[id(g)][0][i]})
+                for g in (plain, wire)]
+        assert len(a["weight"]) > 0
+        for col in a:
+            np.testing.assert_array_equal(a[col], b[col], err_msg=col)
+    for k in ("nodes", "queries", "adv_samples", "strat_samples", "traversals"):
+        assert plain.stats()[k] == wire.stats()[k], k
+    return rounds, u8_rounds, widened
+
+
+@pytest.mark.parametrize("game, cfg, machines", [
+    (KUHN, dict(), 5),
+    (LEDUC, dict(algorithm="outcome", epsilon=0.6), 11),
+    (LC, LC_CFG, 13),
+])
+def test_wire_layout_rows_and_samples_equal_the_plain_layout(game, cfg, machines):
+    rounds, u8_rounds, _ = _lockstep(game, TraverserConfig(**cfg), machines, 40)
+    assert rounds > 3 and u8_rounds == rounds                 # these games' rows are all small integers
+
+
+def test_wire_layout_switches_to_float32_mid_round():
+    # after 30 rounds only values <= 30 count as uint8: a row in the opening (deck count 44 - turn) or
+    # late in the game (turn > 30) no longer fits, one from turns 14..30 still does
+    cfg = TraverserConfig(**{**LC_CFG, "prefix_max": 80})
+    rounds, u8_rounds, widened = _lockstep(LC, cfg, 13, 40, lower_at=30, hi=30.0)
+    assert u8_rounds == 30 < rounds
+    assert widened, "the switch never found uint8 rows to widen in its round"
+
+
+def test_wire_segments_needs_the_wire_layout():
+    g = MachineGroup(KUHN, TraverserConfig(), n_machines=2)
+    assert not g.wire
+    with pytest.raises(RuntimeError, match="wire=True"):
+        g.wire_segments()
+
+
+def test_extend_feeds_machines_that_ran_dry():
+    g = MachineGroup(LEDUC, TraverserConfig(), n_machines=4)
+    g.start(np.arange(3), np.arange(3) % 2, 1, 0, 1.0)
+    assert g.queued() == 3
+    while not g.finished():
+        n = g.step()
+        g.advantages[:n] = 1.0
+        g.resume(n)
+    assert g.stats()["traversals"] == 3 and g.queued() == 0
+    g.extend(np.arange(3, 10), np.arange(3, 10) % 2)
+    assert g.queued() == 7 and not g.finished()
+    while not g.finished():
+        n = g.step()
+        g.advantages[:n] = 1.0
+        g.resume(n)
+        g.drain_advantage()
+        g.drain_strategy()
+    assert g.stats()["traversals"] == 10
+    with pytest.raises(ValueError, match="traversers"):
+        g.extend([1, 2], [0, 2])
+    with pytest.raises(ValueError, match="one-dimensional"):
+        g.extend([[1]], [0])
+
+
+# ---------------------------------------------------------------------------
+# timed workers and the window accounting
+
+def test_run_remote_timed_keeps_working_until_the_deadline_or_stop():
+    with H.InProcessBatcher(served(nets_for(LEDUC)), null_forward=True) as srv:
+        samples = []
+        t0 = time.monotonic()
+        stats = run_remote(LEDUC, TraverserConfig(), srv.endpoint, np.arange(0), np.arange(0), 1, 0, 1.0,
+                           lambda a, s: None, groups_per_thread=2, machines=8, context=srv.ctx, seconds=1.0,
+                           progress=samples.append, progress_interval=0.1)
+        elapsed = time.monotonic() - t0
+        assert 1.0 <= elapsed < 10
+        assert stats["traversals"] > 2 * 8                       # far more than one load of the machines
+        assert len(samples) >= 5
+        assert all(a["t"] < b["t"] and a["nodes"] <= b["nodes"] and a["cpu_s"] <= b["cpu_s"]
+                   for a, b in zip(samples, samples[1:]))
+        assert samples[-1]["nodes"] == stats["nodes"]
+        # a stop event ends a run long before its deadline
+        stop = threading.Event()
+        threading.Timer(0.3, stop.set).start()
+        t0 = time.monotonic()
+        stats = run_remote(LEDUC, TraverserConfig(), srv.endpoint, np.arange(5), np.arange(5) % 2, 1, 0, 1.0,
+                           lambda a, s: None, groups_per_thread=2, machines=8, context=srv.ctx, seconds=60,
+                           stop=stop)
+        assert time.monotonic() - t0 < 10 and stats["traversals"] > 0
+    assert not srv.errors
+
+
+def test_worker_cli_seconds_prints_progress_and_stops_on_sigterm(tmp_path):
+    with H.BatcherProcess(args=["--init-game", "kuhn_poker", "--hidden", "8", "--null-forward"],
+                          log_path=tmp_path / "batcher.log") as bp:
+        bp.start()
+        proc = subprocess.Popen([H.PY, "-m", "traverser", "--batcher", bp.endpoint, "--game", "kuhn_poker",
+                                 "--seconds", "120", "--progress-interval", "0.1", "--json", "--machines", "8"],
+                                cwd=H.ROOT, env=H.subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            lines = []
+            deadline = time.monotonic() + 60
+            while sum('"progress"' in x for x in lines) < 4:
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+                lines.append(proc.stdout.readline())
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, err
+    msgs = [json.loads(x) for x in lines + out.splitlines() if x.strip()]
+    progress = [m["progress"] for m in msgs if "progress" in m]
+    final = [m for m in msgs if "progress" not in m]
+    assert len(final) == 1 and final[0]["nodes"] >= progress[-1]["nodes"] > progress[0]["nodes"] >= 0
+    assert {"t", "cpu_s", "nodes", "queries", "traversals"} <= set(progress[0])
+
+
+def test_worker_cli_refuses_nonpositive_seconds():
+    r = H.run_cli(["-m", "traverser", "--batcher", "tcp://127.0.0.1:1", "--seconds", "0"])
+    assert r.returncode == 2 and "--seconds" in r.stderr
+
+
+def test_window_delta_counts_only_work_inside_the_window():
+    samples = [{"t": t, "nodes": n, "queries": q, "cpu_s": c}
+               for t, n, q, c in [(0.0, 0, 0, 0.0), (1.0, 500, 300, 0.9), (2.0, 1500, 900, 1.9),
+                                  (3.0, 2500, 1500, 2.9), (4.0, 3000, 1800, 3.8), (5.0, 9000, 5000, 4.8)]]
+    d = window_delta(samples, 0.5, 4.2)
+    # from the sample at t=1 to the one at t=4: the 500 nodes before and the 6000 after are left out
+    assert d == {"nodes": 2500, "queries": 1500, "cpu_s": pytest.approx(2.9), "seconds": 3.0}
+    assert window_delta(samples, 1.0, 4.0)["nodes"] == 2500    # samples on the edges count
+    with pytest.raises(ValueError, match="counter samples"):
+        window_delta(samples, 1.5, 2.5)
+    other = [{"t": t, "nodes": 100 * t, "queries": 0, "cpu_s": 0.0} for t in (1.0, 3.0)]
+    assert summed_rate([d, window_delta(other, 0.0, 5.0)]) == pytest.approx(2500 / 3 + 100)
+
+
+def test_scaling_benchmark_smoke(tmp_path):
+    out = tmp_path / "sc"
+    r = H.run_cli(["-m", "benchmarks.scaling", "--workers", "1", "--null-forward", "--warmup-s", "0.5",
+                   "--window-s", "1", "--machines", "16", "--groups", "2", "--device", "cpu", "--out", str(out)],
+                  timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = json.loads(out.with_suffix(".json").read_text())
+    row = data["rows"][0]
+    assert data["meta"]["null_forward"] is True and row["workers"] == 1
+    assert row["nodes_per_s"] > 0 and row["window_nodes"] > 0 and 0.5 < row["window_s"] < 5
+    assert row["batcher_rows_per_s"] > 0 and row["batcher_cpu_us_per_row"] > 0 and row["limit"]
+    assert out.with_suffix(".csv").exists() and out.with_suffix(".png").stat().st_size > 0
