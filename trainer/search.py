@@ -84,6 +84,7 @@ class SearchPlayer:
         self.mask = np.zeros((cap, game.num_distinct_actions()), np.uint8)
         self.decisions = 0
         self.seconds = 0.0
+        self.cpu_seconds = 0.0            # process CPU time: what a decision costs on a busy machine
         self.worlds_played = 0
         self.last = None                  # (candidates, mean values, share of worlds best) of the last search
 
@@ -109,6 +110,7 @@ class SearchPlayer:
         """(candidates, mean final score difference of each over the worlds it
         was played in, share of those worlds in which it was best)."""
         t0 = time.perf_counter()
+        c0 = time.process_time()
         me = state.current_player()
         cands = self.candidates(state)
         A = len(cands)
@@ -144,6 +146,7 @@ class SearchPlayer:
         self.decisions += 1
         self.worlds_played += played
         self.seconds += time.perf_counter() - t0
+        self.cpu_seconds += time.process_time() - c0
         share = wins / max(wins.sum(), 1e-12)
         self.last = (cands, final, share)
         return self.last
@@ -230,8 +233,9 @@ class SearchPlayer:
         out.update({a: float(s) for a, s in zip(cands, share)})
         return out
 
-    def ms_per_decision(self):
-        return 1000.0 * self.seconds / max(self.decisions, 1)
+    def ms_per_decision(self, cpu=False):
+        """Mean wall-clock (or, with cpu, process CPU) milliseconds per search."""
+        return 1000.0 * (self.cpu_seconds if cpu else self.seconds) / max(self.decisions, 1)
 
 
 def parse_search_spec(text):
@@ -306,12 +310,14 @@ def main(argv=None):
         row = {"worlds": k, "games": r["games"], "win_rate": r["win_rate"], "win_rate_lo": r["win_rate_lo"],
                "win_rate_hi": r["win_rate_hi"], "margin": r["margin"], "margin_lo": r["margin_lo"],
                "margin_hi": r["margin_hi"], "ms_per_decision": player.ms_per_decision(),
+               "cpu_ms_per_decision": player.ms_per_decision(cpu=True),
                "decisions": player.decisions, "seconds": time.perf_counter() - t0}
         rows.append(row)
         if not args.json:
             print(f"worlds {k:>4}: {r['win_rate']:.1%} [{r['win_rate_lo']:.1%}, {r['win_rate_hi']:.1%}] wins, "
                   f"margin {r['margin']:+.1f} [{r['margin_lo']:+.1f}, {r['margin_hi']:+.1f}] "
-                  f"vs {args.opponent} over {r['games']} games; {row['ms_per_decision']:.2f} ms per decision",
+                  f"vs {args.opponent} over {r['games']} games; {row['ms_per_decision']:.2f} ms per decision "
+                  f"({row['cpu_ms_per_decision']:.2f} ms of CPU)",
                   flush=True)
     if args.json:
         print(json.dumps(rows))
