@@ -99,9 +99,8 @@ class BatcherClient:
         out = self._ready
         self._ready = []
         if self.sock.poll(timeout_ms, zmq.POLLIN):
-            # EVENTS, not NOBLOCK until zmq.Again: raising Again costs tens of microseconds
-            while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                frames = self.sock.recv_multipart(copy=False)
+            while P.has_input(self.sock):
+                frames = P.recv_frames(self.sock)
                 try:
                     item = self._decode(frames)
                 except BatcherError:

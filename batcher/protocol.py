@@ -9,8 +9,15 @@ import numpy as np
 import zmq
 import zmq.backend
 
+# pyzmq's own layer (flag enums, option decoding) costs more per call than the
+# call itself on small messages; these go straight to its backend
 _backend_send = zmq.backend.Socket.send
+_backend_recv = zmq.backend.Socket.recv
+_backend_getsockopt = zmq.backend.Socket.get
 _SNDMORE = int(zmq.SNDMORE)
+_RCVMORE = int(zmq.RCVMORE)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
@@ -91,11 +98,24 @@ def arrays_header(name, arrays):
     return {f"{name}_dtype": dtype_name(arrays[0].dtype), f"{name}_shapes": [list(a.shape) for a in arrays]}
 
 
+def has_input(sock):
+    """True if a whole message can be received from sock without waiting
+    (cheaper than receiving with NOBLOCK until zmq.Again is raised)."""
+    return bool(_backend_getsockopt(sock, _EVENTS) & _POLLIN)
+
+
+def recv_frames(sock):
+    """sock.recv_multipart(copy=False) without pyzmq's per-frame Python layer."""
+    frames = [_backend_recv(sock, 0, False)]
+    while _backend_getsockopt(sock, _RCVMORE):
+        frames.append(_backend_recv(sock, 0, False))
+    return frames
+
+
 def send_frames(sock, frames, copy=False, flags=0):
     """sock.send_multipart(frames, flags, copy=copy) without pyzmq's per-frame
-    Python layer (flag enums, routing checks), which costs more than the send
-    itself for small messages. Raises zmq.ZMQError (zmq.Again with NOBLOCK)
-    like send_multipart; a message is queued whole or not at all."""
+    Python layer. Raises zmq.ZMQError (zmq.Again with NOBLOCK) like
+    send_multipart; a message is queued whole or not at all."""
     flags = int(flags)
     last = len(frames) - 1
     for i, frame in enumerate(frames):

@@ -266,11 +266,9 @@ class Batcher:
 
     def _receive_all(self, budget=10000):
         for _ in range(budget):
-            # EVENTS, not NOBLOCK until zmq.Again: raising Again costs tens of microseconds
-            if not self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if not P.has_input(self.sock):
                 return
-            frames = self.sock.recv_multipart(copy=False)
-            self._handle(frames)
+            self._handle(P.recv_frames(self.sock))
             # a model queue that filled up runs right away
             for mid in [m for m, n in self.queued_rows.items() if n >= self.opts.max_batch]:
                 self._run_model(mid)
