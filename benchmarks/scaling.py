@@ -153,6 +153,24 @@ class Worker:
         return self.final
 
 
+def machine_cpu():
+    """(busy, total) CPU jiffies of the whole machine (Linux /proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)      # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def machine_busy(m0, m1):
+    """Fraction of all the machine's cores busy between two machine_cpu() readings (any process)."""
+    if m0 is None or m1 is None or m1[1] == m0[1]:
+        return float("nan")
+    return (m1[0] - m0[0]) / (m1[1] - m0[1])
+
+
 def batcher_stats(endpoint):
     client = BatcherClient(endpoint, timeout_s=30)
     try:
@@ -172,13 +190,17 @@ def batcher_window(s0, s1, seconds):
 
 
 def limit_of(point, cores):
-    """What holds a point back, from the window's counters."""
+    """What holds a point back, from the window's counters: other processes
+    on the machine, the batcher's forward or CPU, our own processes filling
+    the cores, a worker's CPU, or else the round trip."""
+    ours = point["batcher_cpu"] + point["worker_cpu_mean"] * point["workers"]
+    if point["machine_busy"] > 0.9 and ours < 0.85 * cores:
+        return "other processes hold the cores"
     if point["batcher_busy"] > 0.8:
         return "batcher forward"
     if point["batcher_cpu"] > 0.85:
         return "batcher CPU"
-    used = point["batcher_cpu"] + point["worker_cpu_mean"] * point["workers"]
-    if used > 0.85 * cores:
+    if ours > 0.85 * cores:
         return "all cores busy"
     if point["worker_cpu_mean"] > 0.85:
         return "worker CPU"
@@ -199,9 +221,9 @@ def run_point(args, n_workers, cpus=(None, None)):
                     w.proc.stderr.read()[-500:] for w in workers if w.proc.poll() is not None))
             time.sleep(0.05)
         time.sleep(args.warmup_s)
-        t0, s0 = time.monotonic(), batcher_stats(endpoint)
+        t0, s0, m0 = time.monotonic(), batcher_stats(endpoint), machine_cpu()
         time.sleep(args.window_s)
-        t1, s1 = time.monotonic(), batcher_stats(endpoint)
+        t1, s1, m1 = time.monotonic(), batcher_stats(endpoint), machine_cpu()
         for w in workers:
             w.stop()
         deltas = [window_delta(w.samples, t0, t1) for w in workers]
@@ -215,7 +237,7 @@ def run_point(args, n_workers, cpus=(None, None)):
     point = {"workers": n_workers, "nodes_per_s": summed_rate(deltas), "window_nodes": nodes,
              "window_s": t1 - t0, "queries_per_node": sum(d["queries"] for d in deltas) / max(nodes, 1),
              "worker_cpu_mean": float(np.mean([d["cpu_s"] / d["seconds"] for d in deltas])),
-             **batcher_window(s0, s1, t1 - t0),
+             **batcher_window(s0, s1, t1 - t0), "machine_busy": machine_busy(m0, m1),
              "p99_latency_ms": s1["queue_wait_us"]["p99"] / 1000 + s1["forward_ms_mean"]}
     point["limit"] = limit_of(point, os.cpu_count())
     return point
@@ -394,12 +416,13 @@ def main(argv=None):
         print(f"{n:3d} workers: {r['nodes_per_s']:>10,.0f} nodes/s | batcher {r['batcher_rows_per_s']:>10,.0f} rows/s, "
               f"mean batch {r['mean_batch']:6.1f}, busy {r['batcher_busy']:.2f}, CPU {r['batcher_cpu']:.2f} "
               f"({r['batcher_cpu_us_per_row']:.2f} us/row) | worker CPU {r['worker_cpu_mean']:.2f} | "
+              f"machine busy {r['machine_busy']:.2f} | "
               f"p99 wait+forward {r['p99_latency_ms']:.1f} ms | {r['limit']}", flush=True)
     net = "null forward" if args.null_forward else "x".join(map(str, args.hidden)) + " net"
     meta = {"device": args.device, "hidden": args.hidden, "null_forward": args.null_forward,
             "cpu_count": os.cpu_count(), "machines": args.machines, "groups": args.groups, "threads": args.threads,
             "max_batch": args.max_batch, "warmup_s": args.warmup_s, "window_s": args.window_s,
-            "traversal": str(CONFIG.relative_to(ROOT))}
+            "traversal": str(CONFIG.relative_to(ROOT)), "loadavg_after": os.getloadavg()}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
