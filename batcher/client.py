@@ -98,7 +98,8 @@ class BatcherClient:
         Error replies to in-flight requests raise BatcherError."""
         out = self._ready
         self._ready = []
-        if self.sock.poll(timeout_ms, zmq.POLLIN):
+        # EVENTS first: Socket.poll builds a Poller on every call
+        if P.has_input(self.sock) or (timeout_ms > 0 and self.sock.poll(timeout_ms, zmq.POLLIN)):
             while P.has_input(self.sock):
                 frames = P.recv_frames(self.sock)
                 try:
