@@ -12,8 +12,9 @@ An infer message may carry rows for several models, one frame per model
 queue and the reply goes out, one frame per segment, once every segment has
 been run.
 
-Rows are staged in their wire dtype (uint8 for the games here) and cast to
-float32 on the device, so a GPU receives a quarter of the bytes.
+On a GPU, rows are staged in their wire dtype (uint8 for the games here) and
+cast to float32 on the device, so the GPU receives a quarter of the bytes; on
+the CPU they are cast to float32 while they are copied into the batch.
 
 With null_forward (a benchmark mode, never used by training) every forward is
 skipped and every row is answered with equal advantages (ones, which regret
@@ -391,10 +392,13 @@ class Batcher:
                 del self.queues[mid]
 
     def _staged(self, batch, total, cols):
-        """The batch's rows copied into one host tensor [total, cols], in their
-        wire dtype when all share one (else float32); pinned on a GPU."""
+        """The batch's rows copied into one host tensor [total, cols]: on a GPU
+        (pinned) in their wire dtype when all share one, so the device gets
+        the compact bytes and casts them itself; on the CPU as float32, cast
+        while copying (no second pass). The null forward stages as a GPU does."""
         dtype = batch[0].rows.dtype
-        if any(p.rows.dtype != dtype for p in batch):
+        if ((self.device.type == "cpu" and not self.opts.null_forward)
+                or any(p.rows.dtype != dtype for p in batch)):
             dtype = np.dtype(np.float32)
         host = self._stage.get(dtype)
         if host is None or host.shape[0] < total or host.shape[1] != cols:
