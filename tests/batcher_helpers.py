@@ -31,6 +31,18 @@ PY = sys.executable
 # ---------------------------------------------------------------------------
 # ports and subprocesses
 
+def stop_processes(procs, timeout=10):
+    """Terminate every process still running, then kill any that outlives `timeout`."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import yaml
+from batcher_helpers import stop_processes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
@@ -131,11 +132,4 @@ def test_compose_services_run_as_local_processes_and_train(tmp_path):
         lines = [json.loads(l) for l in (tmp_path / "compose" / "metrics.jsonl").read_text().splitlines()]
         assert [m["iteration"] for m in lines] == [1, 2] and "exploitability" in lines[-1]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)

@@ -19,6 +19,7 @@ import zmq
 import kubernetes_validate
 
 from trainer import checkpoint as ck
+from batcher_helpers import stop_processes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"
@@ -442,14 +443,7 @@ def test_pod_commands_train_and_a_restarted_trainer_resumes(tmp_path):
         lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert [m["iteration"] for m in lines] == [1, 2]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
 
 
 def test_auto_resume_argument_errors(capsys):
