@@ -53,7 +53,11 @@ def worker_flags():
     for key, value in (game.get("params") or {}).items():
         flags += ["--game-param", f"{key}={value}"]
     for key, value in traversal.items():
-        flags += [f"--{key.replace('_', '-')}", str(value)]
+        flag = f"--{key.replace('_', '-')}"
+        if isinstance(value, bool):             # store_true flags
+            flags += [flag] if value else []
+        else:
+            flags += [flag, str(value)]
     return flags
 
 

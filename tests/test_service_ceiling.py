@@ -426,6 +426,19 @@ def test_window_delta_counts_only_work_inside_the_window():
     assert summed_rate([d, window_delta(other, 0.0, 5.0)]) == pytest.approx(2500 / 3 + 100)
 
 
+def test_scaling_workers_run_the_configured_traversal():
+    from benchmarks.scaling import load_config, worker_flags
+    from traverser.__main__ import build_parser, traverser_config_from_args
+    game, traversal = load_config()
+    args = build_parser().parse_args(["--batcher", "tcp://127.0.0.1:1", *worker_flags()])
+    assert traverser_config_from_args(args) == TraverserConfig(**traversal)
+    assert args.game == game["name"]
+    # booleans become bare flags, both ways
+    for value in (True, False):
+        parsed = build_parser().parse_args(["--batcher", "x", *(["--rollout-resample"] if value else [])])
+        assert parsed.rollout_resample is value
+
+
 def test_scaling_benchmark_smoke(tmp_path):
     out = tmp_path / "sc"
     r = H.run_cli(["-m", "benchmarks.scaling", "--workers", "1", "--null-forward", "--warmup-s", "0.5",
