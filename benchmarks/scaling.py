@@ -41,9 +41,27 @@ GOAL_CPU_US_PER_ROW = 0.5
 GOAL_REMOTE_SHARE = 0.6
 
 
+TRAVERSAL_OVERRIDES = {}     # --set KEY=VALUE
+
+
 def load_config():
+    """(game, traversal) of configs/lost_cities.yaml, with the --set overrides."""
     cfg = yaml.safe_load(CONFIG.read_text())
-    return cfg["game"], cfg["traversal"]
+    return cfg["game"], {**cfg["traversal"], **TRAVERSAL_OVERRIDES}
+
+
+def parse_overrides(items):
+    """--set KEY=VALUE items as {key: value} (values read as YAML), checked against TraverserConfig."""
+    from dataclasses import fields
+    from traverser.config import TraverserConfig
+    known = {f.name for f in fields(TraverserConfig)}
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in known:
+            raise SystemExit(f"error: --set {item!r}: expected KEY=VALUE with KEY one of {sorted(known)}")
+        out[key] = yaml.safe_load(value)
+    return out
 
 
 def worker_flags():
@@ -328,7 +346,7 @@ def ceiling(args):
                "nodes_per_cpu_s": (uni["nodes_per_cpu_s"] + uni2["nodes_per_cpu_s"]) / 2,
                "runs": [uni, uni2]}
     worker_per_cpu_s = remote["nodes_per_s"] / max(remote["worker_cpu_mean"], 1e-9)
-    return {"pinned": pin, "machines": args.machines, "groups": args.groups,
+    return {"pinned": pin, "machines": args.machines, "groups": args.groups, "traversal": load_config()[1],
             "batcher_cpu_us_per_row": saturated["batcher_cpu_us_per_row"], "goal_cpu_us_per_row": GOAL_CPU_US_PER_ROW,
             "remote_share": remote["nodes_per_s"] / uniform["nodes_per_s"],
             "remote_share_per_cpu_s": worker_per_cpu_s / uniform["nodes_per_cpu_s"],
@@ -339,8 +357,10 @@ def ceiling(args):
 def print_ceiling(c):
     r, u, s = c["remote"], c["uniform"], c["saturated"]
     where = "batcher on core 0, worker/load on core 1" if c["pinned"] else "not pinned"
+    t = c["traversal"]
     print(f"service ceiling, null forward ({where}; load average after: "
-          f"{', '.join(f'{x:.1f}' for x in c['loadavg_after'])}):")
+          f"{', '.join(f'{x:.1f}' for x in c['loadavg_after'])}); traversal: {t['algorithm']}, depth "
+          f"{t.get('max_depth')}, {t.get('rollouts')} rollout(s), resample {t.get('rollout_resample', False)}")
     print(f"  batcher at saturation ({s['rows_per_message']}-row messages, {s['in_flight']} in flight): "
           f"{s['batcher_cpu_us_per_row']:.2f} us CPU per row (goal <= {c['goal_cpu_us_per_row']} us), "
           f"{s['batcher_rows_per_s']:,.0f} rows/s, batcher CPU {s['batcher_cpu']:.2f} of a core, "
@@ -401,12 +421,17 @@ def build_parser():
     ap.add_argument("--load-rows", type=int, default=256,
                     help="--ceiling: rows per model segment of the load generator's messages (2 segments each)")
     ap.add_argument("--load-in-flight", type=int, default=16, help="--ceiling: load generator messages in flight")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a traversal setting of configs/lost_cities.yaml (repeatable), "
+                         "e.g. --set rollouts=1 --set rollout_resample=false")
     ap.add_argument("--out", default="scaling", help="output path prefix (JSON, CSV, PNG; JSON only for --ceiling)")
     return ap
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    TRAVERSAL_OVERRIDES.clear()
+    TRAVERSAL_OVERRIDES.update(parse_overrides(args.set))
     if args.ceiling:
         c = ceiling(args)
         print_ceiling(c)
@@ -426,7 +451,8 @@ def main(argv=None):
     meta = {"device": args.device, "hidden": args.hidden, "null_forward": args.null_forward,
             "cpu_count": os.cpu_count(), "machines": args.machines, "groups": args.groups, "threads": args.threads,
             "max_batch": args.max_batch, "warmup_s": args.warmup_s, "window_s": args.window_s,
-            "traversal": str(CONFIG.relative_to(ROOT)), "loadavg_after": os.getloadavg()}
+            "config": str(CONFIG.relative_to(ROOT)), "traversal": load_config()[1],
+            "loadavg_after": os.getloadavg()}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     with open(args.out + ".csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -439,15 +439,32 @@ def test_scaling_workers_run_the_configured_traversal():
         assert parsed.rollout_resample is value
 
 
+def test_scaling_set_overrides_the_traversal():
+    from benchmarks import scaling as S
+    assert S.parse_overrides(["rollouts=1", "rollout_resample=false", "epsilon=0.5"]) == {
+        "rollouts": 1, "rollout_resample": False, "epsilon": 0.5}
+    with pytest.raises(SystemExit, match="no_such_key"):
+        S.parse_overrides(["no_such_key=1"])
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        S.parse_overrides(["rollouts"])
+    try:
+        S.TRAVERSAL_OVERRIDES.update(rollouts=1, rollout_resample=False)
+        flags = S.worker_flags()
+        assert flags[flags.index("--rollouts") + 1] == "1" and "--rollout-resample" not in flags
+    finally:
+        S.TRAVERSAL_OVERRIDES.clear()
+
+
 def test_scaling_benchmark_smoke(tmp_path):
     out = tmp_path / "sc"
     r = H.run_cli(["-m", "benchmarks.scaling", "--workers", "1", "--null-forward", "--warmup-s", "0.5",
-                   "--window-s", "1", "--machines", "16", "--groups", "2", "--device", "cpu", "--out", str(out)],
+                   "--window-s", "1", "--machines", "16", "--groups", "2", "--device", "cpu", "--out", str(out),
+                   "--set", "rollouts=1"],
                   timeout=180)
     assert r.returncode == 0, r.stderr[-3000:]
     data = json.loads(out.with_suffix(".json").read_text())
     row = data["rows"][0]
-    assert data["meta"]["null_forward"] is True and row["workers"] == 1
+    assert data["meta"]["null_forward"] is True and row["workers"] == 1 and data["meta"]["traversal"]["rollouts"] == 1
     assert row["nodes_per_s"] > 0 and row["window_nodes"] > 0 and 0.5 < row["window_s"] < 5
     assert row["batcher_rows_per_s"] > 0 and row["batcher_cpu_us_per_row"] > 0 and row["limit"]
     assert out.with_suffix(".csv").exists() and out.with_suffix(".png").stat().st_size > 0
