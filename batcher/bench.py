@@ -36,18 +36,25 @@ def free_port():
 
 
 def start_batcher(device, hidden, max_batch, torch_threads, extra=()):
+    """A benchmark batcher on a free loopback port: (process, endpoint)."""
     port = free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
     cmd = [sys.executable, "-m", "batcher", "--bind", endpoint, "--device", device, "--init-game", "lost_cities",
            "--hidden", *map(str, hidden), "--max-batch", str(max_batch), "--log-interval", "0",
            "--torch-threads", str(torch_threads), *extra]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return spawn_batcher(cmd, endpoint), endpoint
+
+
+def spawn_batcher(cmd, endpoint, **popen_kwargs):
+    """Start a batcher command line and wait until it answers at `endpoint`;
+    if it never does, kill it and raise with the tail of its stderr."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **popen_kwargs)
     try:
         wait_for_batcher(endpoint, timeout_s=60)
     except Exception:
         proc.kill()
         raise RuntimeError(f"batcher did not start: {proc.stderr.read().decode()[-2000:]}")
-    return proc, endpoint
+    return proc
 
 
 def sample_rows(game, n, seed=0):

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from batcher.bench import free_port
-from batcher.client import BatcherClient, wait_for_batcher
+from batcher.bench import free_port, spawn_batcher
+from batcher.client import BatcherClient
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "lost_cities.yaml"
@@ -123,13 +123,7 @@ def start_batcher(device, hidden, max_batch, torch_threads, null_forward=False, 
         cmd.append("--null-forward")
     if max_wait_us is not None:
         cmd += ["--max-wait-us", str(max_wait_us)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_pinned(cpu))
-    try:
-        wait_for_batcher(endpoint, timeout_s=60)
-    except Exception:
-        proc.kill()
-        raise RuntimeError(f"batcher did not start: {proc.stderr.read().decode()[-2000:]}")
-    return proc, endpoint
+    return spawn_batcher(cmd, endpoint, preexec_fn=_pinned(cpu)), endpoint
 
 
 class Worker:
