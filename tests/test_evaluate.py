@@ -474,3 +474,14 @@ def test_evaluate_cli_missing_checkpoint(tmp_path):
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2
         assert r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_poker_greedy_read_out_is_judged_as_the_moves_it_plays():
+    game = engine.load_game("kuhn_poker")
+    net = _random_net(game, 3, 0.5)
+    sampled = evaluate(game, AveragePolicy(net), openspiel=False)["exploitability"]
+    assert sampled == pytest.approx(evaluate(game, net, openspiel=False)["exploitability"])
+    greedy = evaluate(game, AveragePolicy(net, greedy=True), openspiel=pyspiel is not None)
+    assert greedy["exploitability"] != pytest.approx(sampled)
+    if pyspiel is not None:
+        assert greedy["exploitability"] == pytest.approx(greedy["openspiel_exploitability"], abs=1e-9)

@@ -226,9 +226,10 @@ def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, op
     "_lo"/"_hi": the exploiter's margin, a lower bound on exploitability.
     `record` ({opponent: list of lists}) records games as duplicate_match does."""
     if game.name in POKER_GAMES:
-        policy = agent.net if isinstance(agent, AveragePolicy) else agent
-        if isinstance(agent, Policy) and not isinstance(agent, AveragePolicy):
-            policy = _TabularView(agent, game)
+        policy = agent
+        if isinstance(agent, Policy):
+            # a plain average is its net (or tabular sums); other read-outs answer per row
+            policy = agent.net if isinstance(agent, AveragePolicy) and not agent.greedy else _TabularView(agent)
         own = exploitability(game, policy)
         out = {"exploitability": own["exploitability"], "nash_conv": own["nash_conv"]}
         if openspiel and _pyspiel_available():
@@ -260,12 +261,15 @@ class _TabularView:
     """A Policy as the `probs(info, mask)` object exploitability() takes, for
     poker games, where the acting player is read off the info-state tensor."""
 
-    def __init__(self, policy, game):
+    def __init__(self, policy):
         self.policy = policy
 
     def probs(self, info, mask):
         players = np.asarray(info)[:, 1].astype(np.int64)   # poker tensors start with the player one-hot
-        return self.policy.probs(info, mask, players)
+        probs = self.policy.probs(info, mask, players)
+        if self.policy.greedy:                               # the move it plays, with certainty
+            probs = np.eye(probs.shape[1])[probs.argmax(axis=1)]
+        return probs
 
 
 def _fmt(v):
