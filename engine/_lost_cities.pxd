@@ -32,6 +32,8 @@ cdef struct LCConfig:
     int deck_size               # cards left in the deck after the deal
     int num_actions             # 2 * num_kinds + 1 + colours
     int tensor_size             # see lc_info_state
+    int features                # 1: the info state adds derived segments (FEATURE_SEGMENTS)
+    int max_colour_sum          # face-value sum of one colour's number cards
     uint8_t card_kind[LC_MAX_CARDS]         # card id -> kind
     uint8_t kind_colour[LC_MAX_KINDS]       # kind -> colour
     uint8_t kind_rank[LC_MAX_KINDS]         # kind -> rank index (0 = wager)

@@ -316,9 +316,84 @@ SEGMENTS = (
     ("deck_count", "1"),        # cards left in the deck
     ("turn", "1"),              # turns played
 )
+# With the game parameter features=1 these derived segments follow. A net
+# could compute each from the segments above, but they are what a player
+# reasons with, and the advantage nets generalise poorly from the raw counts
+# alone (docs/lost_cities_strength.md):
+FEATURE_SEGMENTS = (
+    ("unseen", "K"),            # cards per kind this player has not seen (deck or hidden opponent hand)
+    ("my_playable", "K"),       # 1 if kind k still fits this player's expedition
+    ("opp_playable", "K"),      # 1 if kind k still fits the opponent's expedition
+    ("play_gain", "K"),         # for a card in hand that fits: points gained by playing it now
+    ("play_loss", "K"),         # ... or points lost (a wager or low card on an empty expedition)
+    ("my_sum", "C"),            # face-value sum of each own expedition
+    ("opp_sum", "C"),
+    ("my_count", "C"),          # cards in each own expedition (the length bonus)
+    ("opp_count", "C"),
+    ("my_score", "C"),          # each own expedition's score as it stands, positive part
+    ("my_score_neg", "C"),      # ... and negative part
+    ("opp_score", "C"),
+    ("opp_score_neg", "C"),
+    ("my_potential", "C"),      # face values still addable: fitting number cards in hand, unseen or on a pile
+    ("opp_potential", "C"),     # the same for the opponent, as this player sees it
+)
 # Every entry is a small non-negative integer, so rows travel exactly as uint8;
-# the turn entry saturates at 255 (only games without a turn cap get there).
+# the turn entry saturates at 255 (only games without a turn cap get there),
+# and so do the derived segments (never reached with the published cards).
 # Networks rescale the entries with input_scale().
+
+
+cdef inline int _colour_score(const LCConfig* cfg, int value_sum, int count, int wagers) noexcept nogil:
+    if count == 0:
+        return 0
+    return ((value_sum - cfg.expedition_cost) * (1 + wagers)
+            + (cfg.bonus_amount if count >= cfg.bonus_threshold else 0))
+
+
+cdef inline float _sat(int x) noexcept nogil:
+    return <float>(0 if x < 0 else (x if x < 255 else 255))
+
+
+cdef inline bint _fits(const LCState* s, int p, int k) noexcept nogil:
+    return (s.playable[p][k >> 6] >> (k & 63)) & 1
+
+
+cdef void _lc_features(const LCConfig* cfg, const LCState* s, int player, float* out) noexcept nogil:
+    # the FEATURE_SEGMENTS, written from out[0]
+    cdef int o = 1 - player, K = cfg.num_kinds, C = cfg.colours, k, c, p, q, n, old, new, free
+    cdef int pot[2 * LC_MAX_COLOURS]            # [me, opponent][colour]
+    memset(pot, 0, sizeof(pot))
+    for k in range(K):
+        c = cfg.kind_colour[k]
+        n = (cfg.kind_copies[k] - s.hand[player][k] - s.played[0][k] - s.played[1][k]
+             - s.pile_kinds[k] - s.known[o][k])
+        out[k] = _sat(n)
+        out[K + k] = 1.0 if _fits(s, player, k) else 0.0
+        out[2 * K + k] = 1.0 if _fits(s, o, k) else 0.0
+        if s.hand[player][k] > 0 and _fits(s, player, k):
+            old = _colour_score(cfg, s.value_sum[player][c], s.count[player][c], s.wagers_played[player][c])
+            new = _colour_score(cfg, s.value_sum[player][c] + cfg.kind_value[k], s.count[player][c] + 1,
+                                s.wagers_played[player][c] + (1 if cfg.kind_rank[k] == 0 else 0))
+            if new >= old:
+                out[3 * K + k] = _sat(new - old)
+            else:
+                out[4 * K + k] = _sat(old - new)
+        if cfg.kind_rank[k] > 0:
+            free = n + s.pile_kinds[k]
+            if _fits(s, player, k):
+                pot[c] += cfg.kind_value[k] * (free + s.hand[player][k])
+            if _fits(s, o, k):
+                pot[LC_MAX_COLOURS + c] += cfg.kind_value[k] * (free + s.known[o][k])
+    out += 5 * K
+    for c in range(C):
+        for q in range(2):
+            p = player if q == 0 else o
+            out[q * C + c] = _sat(s.value_sum[p][c])
+            out[(2 + q) * C + c] = _sat(s.count[p][c])
+            n = _colour_score(cfg, s.value_sum[p][c], s.count[p][c], s.wagers_played[p][c])
+            out[(4 + 2 * q) * C + c] = _sat(n)
+            out[(5 + 2 * q) * C + c] = _sat(-n)
+            out[(8 + q) * C + c] = _sat(pot[q * LC_MAX_COLOURS + c])
 
 
 cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float* out) noexcept nogil:
@@ -351,6 +426,8 @@ cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float
     pos += cfg.colours
     out[pos] = s.deck_len
     out[pos + 1] = s.turn if s.turn < LC_TENSOR_MAX_TURN else LC_TENSOR_MAX_TURN
+    if cfg.features:
+        _lc_features(cfg, s, player, out + pos + 2)
 
 
 cdef void lc_resample(const LCConfig* cfg, LCState* s, int player, uint64_t* rng) noexcept nogil:
@@ -628,10 +705,14 @@ cdef int lc_heuristic_action(const LCConfig* cfg, const LCState* s) noexcept nog
 # Python face
 
 DEFAULTS = dict(colours=5, ranks=9, lowest_value=2, wagers=3, hand_size=8,
-                expedition_cost=20, bonus_threshold=8, bonus_amount=20, max_turns=0)
+                expedition_cost=20, bonus_threshold=8, bonus_amount=20, max_turns=0, features=0)
+# parameters that change what a player sees, not the rules: a snapshot taken
+# under one value loads under another
+ENCODING_PARAMS = ("features",)
 LIMITS = dict(colours=(1, LC_MAX_COLOURS), ranks=(1, LC_MAX_RANKS), lowest_value=(0, 100),
               wagers=(0, LC_MAX_WAGERS), hand_size=(1, LC_MAX_HAND), expedition_cost=(0, 1000),
-              bonus_threshold=(1, 100), bonus_amount=(0, 1000), max_turns=(0, 10000))
+              bonus_threshold=(1, 100), bonus_amount=(0, 1000), max_turns=(0, 10000),
+              features=(0, 1))
 VARIANTS = {"classic": {}, "six_colours": {"colours": 6}}
 
 
@@ -679,7 +760,9 @@ cdef class LostCitiesGame(Game):
         cfg.num_cards = num_cards
         cfg.deck_size = num_cards - 2 * cfg.hand_size
         cfg.num_actions = 2 * cfg.num_kinds + 1 + cfg.colours
-        cfg.tensor_size = sum(self._segment_size(sz) for _, sz in SEGMENTS)
+        cfg.features = values["features"]
+        cfg.max_colour_sum = sum(cfg.lowest_value + i for i in range(cfg.ranks))
+        cfg.tensor_size = sum(size for _, size in self.information_state_segments())
         card = 0
         for c in range(cfg.colours):
             for w in range(cfg.wagers):
@@ -738,7 +821,8 @@ cdef class LostCitiesGame(Game):
         return LostCitiesState(self)
 
     def information_state_segments(self):
-        return [(name, self._segment_size(sz)) for name, sz in SEGMENTS]
+        segments = SEGMENTS + (FEATURE_SEGMENTS if self.cfg.features else ())
+        return [(name, self._segment_size(sz)) for name, sz in segments]
 
     def input_scale(self):
         """Per-entry multipliers that bring the integer tensor to about [0, 1]
@@ -748,7 +832,13 @@ cdef class LostCitiesGame(Game):
             div = {"hand": self.cfg.wagers or 1, "my_expeditions": self.cfg.wagers or 1,
                    "opp_expeditions": self.cfg.wagers or 1, "opp_known_hand": self.cfg.wagers or 1,
                    "discards": self.cfg.wagers or 1, "deck_count": self.cfg.deck_size,
-                   "turn": self.cfg.max_turns or LC_TENSOR_MAX_TURN}.get(name, 1)
+                   "turn": self.cfg.max_turns or LC_TENSOR_MAX_TURN,
+                   "unseen": self.cfg.wagers or 1, "play_gain": 40, "play_loss": 40,
+                   "my_sum": self.cfg.max_colour_sum, "opp_sum": self.cfg.max_colour_sum,
+                   "my_count": self.cfg.ranks + self.cfg.wagers, "opp_count": self.cfg.ranks + self.cfg.wagers,
+                   "my_score": 100, "my_score_neg": 40, "opp_score": 100, "opp_score_neg": 40,
+                   "my_potential": self.cfg.max_colour_sum,
+                   "opp_potential": self.cfg.max_colour_sum}.get(name, 1)
             scale += [1.0 / max(div, 1)] * size
         return scale
 
@@ -874,6 +964,10 @@ cdef class LostCitiesGame(Game):
         return lc_heuristic_action(&self.cfg, <LCState*>state.data)
 
 
+def _rules(params):
+    return {k: v for k, v in params.items() if k not in ENCODING_PARAMS}
+
+
 def _load_lost_cities(params):
     return LostCitiesGame(**params)
 
@@ -974,7 +1068,7 @@ cdef class LostCitiesState(State):
         if not isinstance(game, LostCitiesGame):
             raise ValueError("from_dict needs a lost_cities game")
         g = <LostCitiesGame>game
-        if d.get("params", g.params) != g.params:
+        if _rules(d.get("params", g.params)) != _rules(g.params):
             raise ValueError(f"snapshot params {d.get('params')} differ from the game's {g.params}")
         st = LostCitiesState(g)
         s = st._s()

@@ -395,3 +395,99 @@ def test_heuristic_moves_are_legal_in_every_variant():
             assert final.is_terminal()
     with pytest.raises(ValueError, match="plays lost_cities"):
         HeuristicBot(engine.load_game("kuhn_poker"))
+
+
+# ---------------------------------------------------------------------------
+# the derived info-state segments (features=1)
+
+def oracle_features(game, d, player):
+    """FEATURE_SEGMENTS from the rules over a snapshot, as `player` sees it."""
+    p = game.params
+    colours, ranks, low = p["colours"], p["ranks"], p["lowest_value"]
+    kinds = [(c, None) if r == 0 else (c, low + r - 1) for c in range(colours) for r in range(ranks + 1)]
+    name = [LETTERS[c] + ("w" if v is None else str(v)) for c, v in kinds]
+    opp = 1 - player
+    hand = collections.Counter(d["hands"][player])
+    known = collections.Counter(d["known_hands"][opp])
+    played = [collections.Counter(c for e in d["expeditions"][q] for c in e) for q in (0, 1)]
+    piles = collections.Counter(c for pile in d["piles"] for c in pile)
+
+    def fits(q, c, v):
+        exp = d["expeditions"][q][c]
+        numbers = [card_value(x) for x in exp if card_value(x) is not None]
+        if v is None:
+            return not numbers
+        return not numbers or v > max(numbers)
+
+    out = collections.defaultdict(list)
+    pot = [[0] * colours for _ in range(2)]
+    for (c, v), n in zip(kinds, name):
+        copies = p["wagers"] if v is None else 1
+        unseen = copies - hand[n] - played[0][n] - played[1][n] - piles[n] - known[n]
+        out["unseen"].append(unseen)
+        out["my_playable"].append(int(fits(player, c, v)))
+        out["opp_playable"].append(int(fits(opp, c, v)))
+        gain = 0
+        if hand[n] and fits(player, c, v):
+            exp = d["expeditions"][player][c]
+            gain = oracle_score(exp + [n], p) - oracle_score(exp, p)
+        out["play_gain"].append(max(gain, 0))
+        out["play_loss"].append(max(-gain, 0))
+        if v is not None:
+            if fits(player, c, v):
+                pot[0][c] += v * (unseen + piles[n] + hand[n])
+            if fits(opp, c, v):
+                pot[1][c] += v * (unseen + piles[n] + known[n])
+    for q, who in ((player, "my"), (opp, "opp")):
+        for c in range(colours):
+            exp = d["expeditions"][q][c]
+            score = oracle_score(exp, p)
+            out[f"{who}_sum"].append(sum(card_value(x) or 0 for x in exp))
+            out[f"{who}_count"].append(len(exp))
+            out[f"{who}_score"].append(max(score, 0))
+            out[f"{who}_score_neg"].append(max(-score, 0))
+            out[f"{who}_potential"].append(pot[0 if who == "my" else 1][c])
+    return out
+
+
+def test_feature_segments_match_the_rules_and_leave_the_base_tensor_alone():
+    game = engine.load_game("lost_cities", features=1)
+    base = engine.load_game("lost_cities")
+    base_size = base.information_state_tensor_size()
+    names = [n for n, _ in game.information_state_segments()]
+    assert names[:len(base.information_state_segments())] == [n for n, _ in base.information_state_segments()]
+    assert len(game.input_scale()) == game.information_state_tensor_size() > base_size
+    rng = random.Random(5)
+    seen_gain = seen_loss = 0
+    for seed in range(30):
+        state = game.new_initial_state(seed=seed)
+        for _ in range(rng.randrange(0, 120)):
+            if state.is_terminal():
+                break
+            legal = state.legal_actions()
+            piles = [a for a in legal if a > 2 * 50]
+            state.apply_action(rng.choice(piles) if piles and rng.random() < 0.5 else rng.choice(legal))
+        d = state.to_dict()
+        twin = LostCitiesState.from_dict(base, d)        # the same position under the base encoding
+        for player in (0, 1):
+            t = state.information_state_tensor(player)
+            assert np.array_equal(t[:base_size], twin.information_state_tensor(player))
+            assert (t == np.round(t)).all() and t.min() >= 0 and t.max() <= 255
+            view = state.information_state_dict(player)
+            for key, want in oracle_features(game, d, player).items():
+                assert view[key].astype(int).tolist() == want, (seed, player, key)
+            seen_gain += view["play_gain"].sum() > 0
+            seen_loss += view["play_loss"].sum() > 0
+    assert seen_gain > 5 and seen_loss > 5
+
+
+def test_features_is_an_encoding_choice_not_a_rule():
+    with pytest.raises(ValueError, match="'features' = 2 is out of range"):
+        engine.load_game("lost_cities", features=2)
+    d = engine.load_game("lost_cities").new_initial_state(seed=4).to_dict()
+    rich = engine.load_game("lost_cities", features=1)
+    loaded = LostCitiesState.from_dict(rich, d).to_dict()
+    assert loaded["params"]["features"] == 1
+    assert {k: v for k, v in loaded.items() if k != "params"} == {k: v for k, v in d.items() if k != "params"}
+    with pytest.raises(ValueError, match="params"):
+        LostCitiesState.from_dict(engine.load_game("lost_cities", features=1, colours=4), d)

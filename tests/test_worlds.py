@@ -29,8 +29,9 @@ def _hidden(state, player):
     return opp, collections.Counter(state.deck())
 
 
-def test_resample_keeps_the_players_view_and_the_card_counts():
-    game = engine.load_game("lost_cities")
+@pytest.mark.parametrize("features", [0, 1])
+def test_resample_keeps_the_players_view_and_the_card_counts(features):
+    game = engine.load_game("lost_cities", features=features)
     changed = 0
     for seed in range(40):
         state = _played_state(game, seed, moves=seed * 3)
