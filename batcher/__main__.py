@@ -4,6 +4,7 @@ Workers send info-state rows over ZeroMQ; the batcher answers with advantages
 from one batched forward per model. The trainer pushes versioned weights.
 """
 import argparse
+import gc
 import logging
 import sys
 
@@ -81,6 +82,10 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 2
     install_signal_handlers(batcher)
+    # everything imported and built so far (torch's modules, the nets) lives as
+    # long as the process: out of the cyclic GC's way, so that the collections
+    # triggered by each message's short-lived objects do not walk it
+    gc.freeze()
     try:
         batcher.serve()
     finally:

@@ -15,7 +15,6 @@ import numpy as np
 import zmq
 
 from batcher import protocol as P
-from batcher.weights import net_to_bytes
 
 
 class BatcherError(RuntimeError):
@@ -163,6 +162,7 @@ class BatcherClient:
 
     def push_weights(self, model_id, net, version):
         """Install `net` as model_id at `version` (must increase); returns the ack."""
+        from batcher.weights import net_to_bytes    # torch: only the trainer's client needs it
         spec, blob = net_to_bytes(net)
         return self.call({"type": P.WEIGHTS, "model": int(model_id), "version": int(version), "spec": spec}, blob)
 

@@ -5,6 +5,7 @@ its advantages from the batcher at --batcher. Standalone, it runs
 --traversals traversals and writes the samples to --out (.npz).
 """
 import argparse
+import gc
 import signal
 import sys
 import threading
@@ -83,6 +84,7 @@ def main(argv=None):
     from batcher.__main__ import parse_params
     if args.trainer:
         from traverser.jobworker import serve_jobs
+        gc.freeze()
         try:
             return serve_jobs(args.trainer, args.batcher, threads=args.threads, groups=args.groups,
                               machines=args.machines, timeout_s=args.timeout, curve_keys=args.curve_keys)
@@ -122,6 +124,7 @@ def main(argv=None):
 
         def progress(sample):
             print(json.dumps({"progress": sample}), flush=True)
+    gc.freeze()      # long-lived objects out of the cyclic GC's way (collections come every few rounds)
     t0 = time.perf_counter()
     try:
         stats = run_remote(game, cfg, args.batcher, ids, ids % 2, args.iteration, args.seed, float(args.iteration),

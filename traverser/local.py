@@ -8,7 +8,8 @@ import threading
 import numpy as np
 import torch
 
-from traverser._traverse import MachineGroup, STAT_FIELDS, SampleArrays
+from traverser._traverse import MachineGroup, SampleArrays
+from traverser.stats import merge_stats  # noqa: F401 (imported from here by others)
 
 
 class LocalEvaluator:
@@ -129,12 +130,6 @@ def run_local(game, config, traversal_ids, traversers, iteration=1, run_seed=0, 
     stats = merge_stats([g.stats() for g in group_list])
     empty = group_list[0].drain_advantage()
     return _concat(adv_parts, empty), _concat(strat_parts, empty), stats
-
-
-def merge_stats(stats_list):
-    out = {k: sum(s[k] for s in stats_list) for k in STAT_FIELDS}
-    out["depth_hist"] = [sum(col) for col in zip(*(s["depth_hist"] for s in stats_list))]
-    return out
 
 
 def sort_samples(samples):

@@ -9,7 +9,7 @@ import zmq
 
 from batcher.client import BatcherClient
 from traverser._traverse import MachineGroup
-from traverser.local import merge_stats
+from traverser.stats import merge_stats
 from traverser.remote import RemoteStepper
 
 
