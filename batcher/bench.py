@@ -97,12 +97,13 @@ def saturate(endpoint, rows, in_flight, seconds):
     return done_rows / dt, float(np.percentile(lat_us, 50)), float(np.percentile(lat_us, 99)), stats
 
 
-def load_generator(endpoint, rows, segments, in_flight, seconds, cpu=None, result=None):
+def load_generator(endpoint, rows, segments, in_flight, seconds, cpu=None, result=None, adv_dtype="float32"):
     """Keeps `in_flight` infer messages of `segments` x len(rows) uint8 rows
-    (models 0 and 1 in turn, a worker's round in one message) in flight
-    against the batcher for `seconds`, from prebuilt frames so that the
-    client costs little; puts (messages, rows answered, seconds) into `result`
-    (a multiprocessing queue) or returns it. Runs in its own process."""
+    (models 0 and 1 in turn, a worker's round in one message, answers asked
+    in adv_dtype as the worker would) in flight against the batcher for
+    `seconds`, from prebuilt frames so that the client costs little; puts
+    (messages, rows answered, seconds) into `result` (a multiprocessing
+    queue) or returns it. Runs in its own process."""
     import msgpack
     import zmq
     from batcher import protocol as P
@@ -110,7 +111,8 @@ def load_generator(endpoint, rows, segments, in_flight, seconds, cpu=None, resul
         os.sched_setaffinity(0, {cpu})
     wire = np.ascontiguousarray(rows, dtype=np.uint8)
     models = [i % 2 for i in range(segments)]
-    head = {"v": P.PROTOCOL_VERSION, "type": P.INFER, "models": models, **P.arrays_header("rows", [wire] * segments)}
+    head = {"v": P.PROTOCOL_VERSION, "type": P.INFER, "models": models, **P.arrays_header("rows", [wire] * segments),
+            "adv_dtype": adv_dtype}
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)

@@ -55,27 +55,33 @@ class BatcherClient:
         self.sock.close(0)
 
     # ---- inference
-    def send_infer(self, model_id, rows):
+    def send_infer(self, model_id, rows, adv_dtype=None):
         """Queue rows (float32 [n, tensor_size]) for model_id; returns the request id.
-        Rows travel in the narrowest dtype that holds them exactly."""
+        Rows travel in the narrowest dtype that holds them exactly; the answer
+        comes as float32, or as adv_dtype ("float32" or "float16") if given."""
         req_id = next(self._ids)
         dtype, wire = P.compact_rows(rows)
+        extra = {"adv_dtype": adv_dtype} if adv_dtype is not None else {}
         frames = P.pack({"type": P.INFER, "id": req_id, "model": int(model_id),
-                         **P.array_header("rows", wire)}, wire)
+                         **P.array_header("rows", wire), **extra}, wire)
         now = time.monotonic()
         self.in_flight[req_id] = [frames, now, now if self._try_send(frames) else 0.0, None]
         self.wire_bytes += wire.nbytes
         return req_id
 
-    def send_infer_segments(self, segments):
+    def send_infer_segments(self, segments, adv_dtype=None):
         """Queue one message with rows for several models: segments is a list
         of (model_id, rows), rows C-contiguous 2-D arrays of one wire dtype
         (uint8, float16 or float32), sent as they are. The reply's array is a
-        list with one advantages array per segment. Returns the request id."""
+        list with one advantages array per segment, float32 or adv_dtype
+        ("float32" or "float16") if given. Returns the request id."""
         req_id = next(self._ids)
         arrays = [rows for _, rows in segments]
-        frames = P.pack({"type": P.INFER, "id": req_id, "models": [int(m) for m, _ in segments],
-                         **P.arrays_header("rows", arrays)}, *arrays)
+        header = {"type": P.INFER, "id": req_id, "models": [int(m) for m, _ in segments],
+                  **P.arrays_header("rows", arrays)}
+        if adv_dtype is not None:
+            header["adv_dtype"] = adv_dtype
+        frames = P.pack(header, *arrays)
         now = time.monotonic()
         self.in_flight[req_id] = [frames, now, now if self._try_send(frames) else 0.0, None]
         self.wire_bytes += sum(a.nbytes for a in arrays)

@@ -3,6 +3,10 @@
 Every message is a ZeroMQ multipart message: one msgpack header frame, then
 zero or more raw frames. Arrays travel as raw bytes, their dtype and shape in
 the header; weights travel as safetensors bytes. Nothing is ever pickled.
+
+An infer request may name the dtype of its answer, `adv_dtype`: "float32"
+(the default, also when the field is absent) or "float16" (half the bytes;
+values beyond float16's range are clipped to +-65504, NaN stays NaN).
 """
 import msgpack
 import numpy as np
@@ -33,6 +37,10 @@ PONG = "pong"
 ERROR = "error"          # batcher -> sender: the request was rejected
 
 MAX_SEGMENTS = 64        # most model segments in one infer message
+
+# dtypes an infer request may ask its advantages in (header field adv_dtype)
+ADV_DTYPES = ("float32", "float16")
+FLOAT16_MAX = 65504.0
 
 # dtypes allowed for arrays on the wire, narrowest first
 WIRE_DTYPES = {"uint8": np.uint8, "float16": np.float16, "float32": np.float32}

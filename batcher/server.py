@@ -16,6 +16,10 @@ On a GPU, rows are staged in their wire dtype (uint8 for the games here) and
 cast to float32 on the device, so the GPU receives a quarter of the bytes; on
 the CPU they are cast to float32 while they are copied into the batch.
 
+Answers are float32, or float16 for requests that ask for it (adv_dtype):
+half the bytes to send, and on a GPU the cast runs on the device when every
+request in a batch asked for float16.
+
 With null_forward (a benchmark mode, never used by training) every forward is
 skipped and every row is answered with equal advantages (ones, which regret
 matching turns into the uniform policy); everything else (receiving,
@@ -107,9 +111,10 @@ class _Model:
 class _Request:
     """One infer message: its segments' answers are collected here until the
     last one is in, then the reply goes out (or one error, if any failed)."""
-    __slots__ = ("identity", "req_id", "models", "parts", "versions", "left", "segmented", "failed")
+    __slots__ = ("identity", "req_id", "models", "parts", "versions", "left", "segmented", "failed", "adv_dtype")
 
-    def __init__(self, identity, req_id, models, segmented):
+    def __init__(self, identity, req_id, models, segmented, adv_dtype):
+        self.adv_dtype = adv_dtype      # numpy dtype of the answer
         self.identity = identity
         self.req_id = req_id
         self.models = models
@@ -221,7 +226,7 @@ class Batcher:
         self.stats = _Stats(options.max_batch)
         self._running = False
         self._stage = {}            # wire dtype -> host staging tensor (pinned on GPU)
-        self._ones = np.zeros((0, 0), np.float32)
+        self._ones = {}             # answer dtype -> ones [rows, num_actions] (null forward)
         self._autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.autocast)
         self._last_log = time.monotonic()
 
@@ -333,6 +338,10 @@ class Batcher:
 
     def _on_infer(self, identity, header, payload):
         limit = self.opts.max_message_bytes
+        name = header.get("adv_dtype", "float32")
+        adv_dtype = _ADV_NP.get(name) if isinstance(name, str) else None
+        if adv_dtype is None:
+            raise P.ProtocolError("bad_dtype", f"adv_dtype {name!r} not allowed (allowed: {list(P.ADV_DTYPES)})")
         if "models" in header:                  # segmented: one frame per model
             models = header["models"]
             if not isinstance(models, list) or not 1 <= len(models) <= P.MAX_SEGMENTS:
@@ -343,14 +352,14 @@ class Batcher:
                 raise P.ProtocolError("bad_frames", f"infer for {len(models)} models takes {len(models)} array "
                                                     f"frames, got {len(payload)}")
             segments = P.decode_arrays(header, "rows", [f.buffer for f in payload], limit, expect_cols=cols)
-            request = _Request(identity, header.get("id"), models, True)
+            request = _Request(identity, header.get("id"), models, True, adv_dtype)
         else:
             model_id = header.get("model")
             model = self._model(model_id)
             if len(payload) != 1:
                 raise P.ProtocolError("bad_frames", f"infer takes exactly 1 array frame, got {len(payload)}")
             segments = [P.decode_array(header, "rows", payload[0].buffer, limit, expect_cols=model.input_size)]
-            request = _Request(identity, header.get("id"), [model_id], False)
+            request = _Request(identity, header.get("id"), [model_id], False, adv_dtype)
         if any(rows.shape[0] == 0 for rows in segments):
             raise P.ProtocolError("bad_shape", "infer with zero rows")
         now = time.monotonic()
@@ -416,12 +425,16 @@ class Batcher:
         return host[:total]
 
     def _forward(self, model, batch, total):
-        """float32 advantages [total, num_actions] as a numpy array."""
+        """Advantages [total, num_actions] as a numpy array: float16 when every
+        request of the batch asked for it, else float32."""
         x = self._staged(batch, total, model.input_size)
+        half = all(p.request.adv_dtype is _F16 for p in batch)
         if self.opts.null_forward:
-            if self._ones.shape[0] < total or self._ones.shape[1] != model.num_actions:
-                self._ones = np.ones((max(total, self.opts.max_batch), model.num_actions), np.float32)
-            return self._ones[:total]
+            dtype = _F16 if half else _F32
+            ones = self._ones.get(dtype)
+            if ones is None or ones.shape[0] < total or ones.shape[1] != model.num_actions:
+                ones = self._ones[dtype] = np.ones((max(total, self.opts.max_batch), model.num_actions), dtype)
+            return ones[:total]
         with torch.inference_mode():
             x = x.to(self.device, non_blocking=True)
             if x.dtype != torch.float32:
@@ -431,6 +444,10 @@ class Batcher:
                     y = model.net(x)
             else:
                 y = model.net(x)
+            if half:
+                if self.device.type == "cpu":
+                    return to_float16(y.float().numpy())
+                return y.float().clamp_(-P.FLOAT16_MAX, P.FLOAT16_MAX).half().cpu().numpy()
             return y.float().cpu().numpy()
 
     def _run_model(self, model_id):
@@ -470,6 +487,8 @@ class Batcher:
         r = p.request
         if r.failed:
             return
+        if part.dtype != r.adv_dtype:       # a batch of mixed answer dtypes is run in float32
+            part = to_float16(part) if r.adv_dtype is _F16 else part.astype(np.float32)
         r.parts[p.slot] = part
         r.versions[p.slot] = version
         r.left -= 1
@@ -494,6 +513,16 @@ class Batcher:
                  "busy %.0f%%, models %s, errors %s", s["rows_per_s"], s["requests_per_s"], s["mean_batch"],
                  s["queue_wait_us"]["p50"], s["queue_wait_us"]["p99"], s["forward_ms_mean"],
                  100 * s["busy_fraction"], s["versions"], s["errors"] or "none")
+
+
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+_ADV_NP = {"float32": _F32, "float16": _F16}
+
+
+def to_float16(x):
+    """float32 array x as float16, clipped to float16's finite range (NaN stays NaN)."""
+    return np.clip(x, -P.FLOAT16_MAX, P.FLOAT16_MAX).astype(np.float16)
 
 
 def install_signal_handlers(batcher):

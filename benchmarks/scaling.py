@@ -129,10 +129,10 @@ def start_batcher(device, hidden, max_batch, torch_threads, null_forward=False, 
 class Worker:
     """`python -m traverser --seconds` whose progress lines are collected as they come."""
 
-    def __init__(self, endpoint, groups, machines, threads, cpu=None, interval=0.2):
+    def __init__(self, endpoint, groups, machines, threads, cpu=None, interval=0.2, adv_dtype="float32"):
         cmd = [sys.executable, "-m", "traverser", "--batcher", endpoint, "--json", "--seconds", "3600",
                "--progress-interval", str(interval), "--groups", str(groups), "--machines", str(machines),
-               "--threads", str(threads), *worker_flags()]
+               "--threads", str(threads), "--adv-dtype", adv_dtype, *worker_flags()]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                      preexec_fn=_pinned(cpu))
@@ -228,7 +228,7 @@ def run_point(args, n_workers, cpus=(None, None)):
                                    args.null_forward, args.max_wait_us, cpu=cpus[0])
     workers = []
     try:
-        workers = [Worker(endpoint, args.groups, args.machines, args.threads, cpu=cpus[1])
+        workers = [Worker(endpoint, args.groups, args.machines, args.threads, cpu=cpus[1], adv_dtype=args.adv_dtype)
                    for _ in range(n_workers)]
         deadline = time.monotonic() + 120
         while not all(w.started() for w in workers):
@@ -314,7 +314,8 @@ def saturated_batcher(args, cpus):
         ctx = mp.get_context("spawn")
         result = ctx.Queue()
         gen = ctx.Process(target=load_generator, args=(endpoint, rows, 2, args.load_in_flight,
-                                                       args.warmup_s + args.window_s + 1, cpus[1], result))
+                                                       args.warmup_s + args.window_s + 1, cpus[1], result,
+                                                       args.adv_dtype))
         gen.start()
         time.sleep(args.warmup_s)
         t0, s0 = time.monotonic(), batcher_stats(endpoint)
@@ -324,7 +325,7 @@ def saturated_batcher(args, cpus):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    return {"rows_per_message": 2 * args.load_rows, "in_flight": args.load_in_flight,
+    return {"rows_per_message": 2 * args.load_rows, "in_flight": args.load_in_flight, "adv_dtype": args.adv_dtype,
             **batcher_window(s0, s1, t1 - t0)}
 
 
@@ -355,7 +356,8 @@ def print_ceiling(c):
     print(f"service ceiling, null forward ({where}; load average after: "
           f"{', '.join(f'{x:.1f}' for x in c['loadavg_after'])}); traversal: {t['algorithm']}, depth "
           f"{t.get('max_depth')}, {t.get('rollouts')} rollout(s), resample {t.get('rollout_resample', False)}")
-    print(f"  batcher at saturation ({s['rows_per_message']}-row messages, {s['in_flight']} in flight): "
+    print(f"  batcher at saturation ({s['rows_per_message']}-row messages, {s['in_flight']} in flight, "
+          f"{s.get('adv_dtype', 'float32')} answers): "
           f"{s['batcher_cpu_us_per_row']:.2f} us CPU per row (goal <= {c['goal_cpu_us_per_row']} us), "
           f"{s['batcher_rows_per_s']:,.0f} rows/s, batcher CPU {s['batcher_cpu']:.2f} of a core, "
           f"mean batch {s['mean_batch']:.0f}")
@@ -415,6 +417,9 @@ def build_parser():
     ap.add_argument("--load-rows", type=int, default=256,
                     help="--ceiling: rows per model segment of the load generator's messages (2 segments each)")
     ap.add_argument("--load-in-flight", type=int, default=16, help="--ceiling: load generator messages in flight")
+    ap.add_argument("--adv-dtype", choices=["float32", "float16"], default="float32",
+                    help="the dtype workers (and --ceiling's load generator) ask their answers in "
+                         "(python -m traverser --adv-dtype)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a traversal setting of configs/lost_cities.yaml (repeatable), "
                          "e.g. --set rollouts=1 --set rollout_resample=false")

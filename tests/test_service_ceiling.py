@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import batcher_helpers as H  # noqa: E402
 import engine  # noqa: E402
 from batcher import protocol as P  # noqa: E402
-from batcher.client import BatcherClient, infer_blocking  # noqa: E402
+from batcher.client import BatcherClient, BatcherError, infer_blocking  # noqa: E402
 from batcher.networks import net_for_game  # noqa: E402
 from benchmarks.scaling import summed_rate, window_delta  # noqa: E402
-from traverser._traverse import MachineGroup, _py_pack_u8, _py_set_wire_u8_max  # noqa: E402
+from traverser._traverse import MachineGroup, _py_half_to_float, _py_pack_u8, _py_set_wire_u8_max  # noqa: E402
 from traverser.config import TraverserConfig  # noqa: E402
 from traverser.local import run_local, sort_samples  # noqa: E402
 from traverser.worker import run_remote  # noqa: E402
@@ -197,19 +197,21 @@ def test_the_default_batcher_is_no_null_forward(tmp_path):
         np.testing.assert_allclose(infer_blocking(c, 0, rows)[1], forward(nets[0], rows), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("adv_dtype", ["float32", "float16"])
 @pytest.mark.parametrize("game, cfg", [
     (LEDUC, dict(algorithm="external")),
     (LC, LC_CFG),
 ])
-def test_remote_worker_on_a_null_forward_is_the_uniform_policy(game, cfg):
+def test_remote_worker_on_a_null_forward_is_the_uniform_policy(game, cfg, adv_dtype):
     """Ones from the batcher regret-match to the uniform policy, so a remote run
-    against a null forward makes exactly the in-process uniform-policy run."""
+    against a null forward makes exactly the in-process uniform-policy run
+    (ones are exact in float16 too)."""
     ids = np.arange(60 if game is LC else 200)
     with H.InProcessBatcher(served(nets_for(game)), null_forward=True) as srv:
         parts = []
         stats = run_remote(game, TraverserConfig(**cfg), srv.endpoint, ids, ids % 2, 3, 11, 3.0,
                            lambda a, s: parts.append((a, s)), groups_per_thread=3, machines=7,
-                           context=srv.ctx, timeout_s=20)
+                           context=srv.ctx, timeout_s=20, adv_dtype=adv_dtype)
     ref_adv, ref_strat, ref = run_local(game, TraverserConfig(**cfg, uniform_policy=True), ids, ids % 2,
                                         iteration=3, run_seed=11, weight=3.0, machines=9)
     for k in ("nodes", "terminals", "cutoffs", "adv_samples", "strat_samples", "traversals", "rollout_moves"):
@@ -235,14 +237,19 @@ def test_pack_u8_refuses_anything_but_exact_small_integers():
     assert _py_pack_u8(np.arange(1000) % 256)[0]            # longer than one vector loop
 
 
-def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None):
-    """A wire group and a plain group stepped side by side on the same answers:
-    every wire row equals its machine's plain row, and the samples are equal.
-    Returns (rounds, rounds sent as uint8, whether a switch to float32 widened
-    rows written earlier in its round)."""
+def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None, adv_dtype="float32"):
+    """A wire group and a plain group stepped side by side on the same answers
+    (with adv_dtype float16: the wire group gets them as float16, the plain
+    one the same values widened back): every wire row equals its machine's
+    plain row, and the samples are equal. Returns (rounds, rounds sent as
+    uint8, whether a switch to float32 widened rows written earlier in its
+    round)."""
     nets = nets_for(game)
     plain = MachineGroup(game, cfg, n_machines=n_machines)
-    wire = MachineGroup(game, cfg, n_machines=n_machines, wire=True)
+    wire = MachineGroup(game, cfg, n_machines=n_machines, wire=True, adv_dtype=adv_dtype)
+    assert wire.wire_adv_dtype == adv_dtype
+    answer = forward if adv_dtype == "float32" else (
+        lambda net, rows: (forward(net, rows) * 1000).astype(np.float16))   # spread over float16's range
     ids = np.arange(n_traversals)
     for g in (plain, wire):
         g.start(ids, ids % 2, 1, 5, 1.0)
@@ -276,7 +283,8 @@ def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None):
                 assert plain.request_model[r] == model == wire.request_model[w]
                 np.testing.assert_array_equal(rows[k].astype(np.float32), plain.requests[r])
                 packed.append((machine, hi is None or rows[k].max() <= hi))
-            adv[...] = forward(nets[model], rows)
+            assert adv.dtype == np.dtype(adv_dtype)
+            adv[...] = answer(nets[model], rows)
         assert not plain_row                          # every plain row has its wire twin
         if wire.wire_dtype == "uint8":
             u8_rounds += 1
@@ -286,7 +294,7 @@ def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None):
         models = plain.request_model[:n]
         for m in np.unique(models):
             idx = np.flatnonzero(models == m)
-            plain.advantages[idx] = forward(nets[int(m)], plain.requests[idx])
+            plain.advantages[idx] = answer(nets[int(m)], plain.requests[idx])
         plain.resume(n)
         wire.resume(n)
     for g in (plain, wire):
@@ -310,6 +318,85 @@ def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None):
 def test_wire_layout_rows_and_samples_equal_the_plain_layout(game, cfg, machines):
     rounds, u8_rounds, _ = _lockstep(game, TraverserConfig(**cfg), machines, 40)
     assert rounds > 3 and u8_rounds == rounds                 # these games' rows are all small integers
+
+
+@pytest.mark.parametrize("game, cfg, machines", [
+    (LEDUC, dict(algorithm="outcome", epsilon=0.6), 11),
+    (LC, LC_CFG, 13),
+])
+def test_wire_layout_with_float16_answers_equals_the_plain_layout_on_the_same_values(game, cfg, machines):
+    rounds, _, _ = _lockstep(game, TraverserConfig(**cfg), machines, 40, adv_dtype="float16")
+    assert rounds > 3
+
+
+def test_half_to_float_is_exact_for_every_float16():
+    h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    got, ref = _py_half_to_float(h), h.astype(np.float32)
+    nan = np.isnan(ref)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), ref[~nan].view(np.uint32))   # -0.0 included
+
+
+def test_float16_answers_need_the_wire_layout_and_a_known_dtype():
+    with pytest.raises(ValueError, match="wire"):
+        MachineGroup(KUHN, TraverserConfig(), n_machines=2, adv_dtype="float16")
+    with pytest.raises(ValueError, match="adv_dtype"):
+        MachineGroup(KUHN, TraverserConfig(), n_machines=2, wire=True, adv_dtype="bfloat16")
+    assert MachineGroup(KUHN, TraverserConfig(), n_machines=2, wire=True).wire_adv_dtype == "float32"
+
+
+def test_batcher_answers_float16_when_asked():
+    """adv_dtype float16: the float32 answer rounded (and clipped to float16's
+    range), per request, plain and segmented, mixed with float32 requests in
+    one batch; an unknown adv_dtype is an error reply and the service goes on."""
+    nets = nets_for(LEDUC)
+    cols = LEDUC.information_state_tensor_size()
+    nets[1].net[-1].bias.data += 1e5                   # model 1's answers overflow float16
+    with H.InProcessBatcher(served(nets), max_wait_us=20000) as srv:
+        c = srv.client()
+        rows = [int_rows(5, cols, seed=1), int_rows(3, cols, seed=2)]
+        ids = {c.send_infer(0, rows[0], adv_dtype="float16"): ("f16", 0),
+               c.send_infer(0, rows[0]): ("f32", 0),
+               c.send_infer_segments([(0, rows[0].astype(np.uint8)), (1, rows[1].astype(np.uint8))],
+                                     adv_dtype="float16"): ("seg", None)}
+        got = {}
+        deadline = time.monotonic() + 20
+        while len(got) < len(ids) and time.monotonic() < deadline:
+            for rid, head, adv in c.poll(100):
+                got[ids[rid][0]] = (head, adv)
+        ref = [forward(nets[0], rows[0]), forward(nets[1], rows[1])]
+        head, adv = got["f16"]
+        assert head["adv_dtype"] == "float16" and adv.dtype == np.float16
+        half = dict(rtol=2 ** -10, atol=1e-6)            # float16 rounding (the batched forward may differ in ulps)
+        np.testing.assert_allclose(adv.astype(np.float32), ref[0], **half)
+        head, adv = got["f32"]
+        assert adv.dtype == np.float32
+        np.testing.assert_allclose(adv, ref[0], atol=1e-5, rtol=0)
+        head, advs = got["seg"]
+        assert [a.dtype for a in advs] == [np.float16, np.float16]
+        np.testing.assert_allclose(advs[0].astype(np.float32), ref[0], **half)
+        assert np.abs(ref[1]).max() > 65504 and np.isfinite(advs[1]).all()
+        np.testing.assert_allclose(advs[1].astype(np.float32), np.clip(ref[1], -65504, 65504), **half)
+        for bad in ("bfloat16", 16, None):
+            with pytest.raises(BatcherError) as e:
+                infer_blocking_dtype(c, rows[0], bad)
+            assert e.value.code == "bad_dtype"
+        head, adv = infer_blocking(c, 0, rows[0])                  # still serving
+        assert adv.dtype == np.float32
+    assert not srv.errors
+
+
+def infer_blocking_dtype(client, rows, adv_dtype):
+    """One infer whose header carries adv_dtype as given (even a bad one)."""
+    req_id = next(client._ids)
+    frames = P.pack({"type": P.INFER, "id": req_id, "model": 0, "adv_dtype": adv_dtype,
+                     **P.array_header("rows", rows)}, rows)
+    client.in_flight[req_id] = [frames, time.monotonic(), time.monotonic(), None]
+    P.send_frames(client.sock, frames)
+    while True:
+        for rid, head, adv in client.poll(100):
+            if rid == req_id:
+                return head, adv
 
 
 def test_wire_layout_switches_to_float32_mid_round():

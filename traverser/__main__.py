@@ -73,6 +73,10 @@ def build_parser():
     ap.add_argument("--progress-interval", type=float, default=0.0, metavar="S",
                     help="print the counters as a JSON line {\"progress\": {t, cpu_s, nodes, queries, "
                          "traversals}} every S seconds (0 = never; t is time.monotonic())")
+    ap.add_argument("--adv-dtype", choices=["float32", "float16"], default="float32",
+                    help="dtype the batcher answers in: float32 (exact: the same samples as an in-process run) "
+                         "or float16 (half the answer bytes; advantages rounded to 11 significant bits, so "
+                         "sampled actions can differ from an in-process run's)")
     ap.add_argument("--curve-keys", default="", metavar="DIR",
                     help="CURVE keys (python -m batcher.keys DIR) for the batcher and the trainer")
     add_traverser_args(ap)
@@ -87,7 +91,8 @@ def main(argv=None):
         gc.freeze()
         try:
             return serve_jobs(args.trainer, args.batcher, threads=args.threads, groups=args.groups,
-                              machines=args.machines, timeout_s=args.timeout, curve_keys=args.curve_keys)
+                              machines=args.machines, timeout_s=args.timeout, curve_keys=args.curve_keys,
+                              adv_dtype=args.adv_dtype)
         except KeyboardInterrupt:
             return 130
         except (BatcherError, BatcherTimeout) as e:
@@ -130,7 +135,8 @@ def main(argv=None):
         stats = run_remote(game, cfg, args.batcher, ids, ids % 2, args.iteration, args.seed, float(args.iteration),
                            sink, groups_per_thread=args.groups, machines=args.machines, threads=args.threads,
                            timeout_s=args.timeout, curve_keys=args.curve_keys, seconds=args.seconds, stop=stop,
-                           progress=progress, progress_interval=args.progress_interval or 0.5)
+                           progress=progress, progress_interval=args.progress_interval or 0.5,
+                           adv_dtype=args.adv_dtype)
     except (BatcherError, BatcherTimeout, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -23,7 +23,9 @@ message with no gather. Each row is encoded into a small hot scratch row and
 stored as uint8 (a quarter of float32 on the wire, and a quarter of the cache
 lines written) while every value is an exact uint8; the first value that is
 not switches the group to float32 rows for good (rows already written this
-round are widened in place).
+round are widened in place). With adv_dtype="float16" the answers come back
+as IEEE half floats into advantages_f16 (half the bytes of float32 on the
+wire); resume() reads the legal actions' entries from there, converting in C.
 
 Algorithms (traversal for player p, "the traverser"):
   external sampling: at p's nodes every legal action is expanded; the sample's
@@ -59,7 +61,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from engine._types cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
+from engine._types cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from engine._rng cimport rng_seed, rng_double, rng_below
 from engine._game cimport Game, GameDef
 
@@ -108,8 +110,20 @@ cdef extern from *:
         }
         return bad == 0;
     }
+    /* IEEE half (bits) -> float, exact for every value including subnormals,
+       infinities and NaN: the exponent and mantissa shifted into place and
+       rebiased by a multiply by 2^112 (F. Giesen's half_to_float_fast2). */
+    static inline float traverse_half_to_float(unsigned short h) {
+        union { unsigned int u; float f; } o;
+        o.u = (unsigned int)(h & 0x7fff) << 13;
+        o.f *= 5.192296858534828e+33f;              /* 2^112 */
+        if (o.f >= 65536.0f) o.u |= 255u << 23;     /* inf or NaN stays so */
+        o.u |= (unsigned int)(h & 0x8000) << 16;
+        return o.f;
+    }
     """
     void* traverse_arena_alloc(size_t n) nogil
+    float traverse_half_to_float(uint16_t h) noexcept nogil
     bint traverse_pack_u8(const float* src, uint8_t* dst, int n, float hi) noexcept nogil
 
 
@@ -147,6 +161,8 @@ cdef struct Core:
     int n_front                 # rows [0, n_front) are player 0's (model_ids[0])
     int n_back                  # rows [n_machines - n_back, n_machines) are player 1's
     uint8_t* requests_u8        # [n_machines, tensor_size] uint8 rows
+    int wire_adv_f16            # 1 = answers arrive as float16 in advantages_f16
+    uint16_t* advantages_f16    # [n_machines, num_actions] IEEE half bits
     # one rollout scratch for the whole group (a rollout never parks), kept hot in cache
     char* rollout_state         # [state_size]
     char* rollout_undo          # [undo_size]
@@ -514,12 +530,23 @@ cdef int _step_all(Core* c) noexcept nogil:
 
 
 cdef void _resume_rows(Core* c, int lo, int hi) noexcept nogil:
-    cdef int r
+    cdef int r, i, a
     cdef Machine* m
     cdef Frame* f
+    cdef int* legal
+    cdef const uint16_t* half
+    cdef float* adv
     for r in range(lo, hi):
         m = &c.machines[c.request_machine[r]]
         f = &m.frames[m.depth]
+        if c.wire_adv_f16:
+            # only the legal actions' entries are read: convert just those
+            legal = m.legal + m.depth * c.max_legal
+            half = c.advantages_f16 + <size_t>r * c.num_actions
+            adv = c.advantages + <size_t>r * c.num_actions
+            for i in range(f.n_legal):
+                a = legal[i]
+                adv[a] = traverse_half_to_float(half[a])
         _regret_match(c.advantages + <size_t>r * c.num_actions, m.legal + m.depth * c.max_legal, f.n_legal,
                       m.sigma + m.depth * c.max_legal, c.params.fallback_uniform != 0, &c.stats)
         m.status = M_RUNNABLE
@@ -597,6 +624,7 @@ cdef class MachineGroup:
     cdef readonly object request_machine    # int32 [M]
     cdef readonly object advantages         # float32 [M, num_actions]
     cdef readonly object requests_u8        # uint8 [M, tensor_size] (wire layout only)
+    cdef readonly object advantages_f16     # float16 [M, num_actions] (wire layout, adv_dtype float16)
     cdef object _scratch_row
     cdef dict _adv
     cdef dict _strat
@@ -609,7 +637,7 @@ cdef class MachineGroup:
         self._arena = NULL
 
     def __init__(self, Game game, config, int n_machines=256, int adv_capacity=4096,
-                 int strat_capacity=4096, bint wire=False):
+                 int strat_capacity=4096, bint wire=False, adv_dtype="float32"):
         cdef Core* c = &self.core
         cdef int i, D, L
         cdef Machine* m
@@ -618,6 +646,10 @@ cdef class MachineGroup:
             raise ValueError(f"n_machines must be >= 1, got {n_machines}")
         if adv_capacity < 1 or strat_capacity < 1:
             raise ValueError("sample buffer capacities must be >= 1")
+        if adv_dtype not in ("float32", "float16"):
+            raise ValueError(f"adv_dtype must be 'float32' or 'float16', got {adv_dtype!r}")
+        if adv_dtype == "float16" and not wire:
+            raise ValueError("adv_dtype='float16' needs the wire layout (wire=True)")
         self.game = game
         c.gd = game.gd
         c.tensor_size = game.gd.tensor_size
@@ -675,6 +707,13 @@ cdef class MachineGroup:
         if wire:
             req8 = self.requests_u8
             c.requests_u8 = &req8[0, 0]
+        half16 = adv_dtype == "float16"
+        self.advantages_f16 = np.zeros((n_machines if half16 else 0, c.num_actions), np.float16)
+        cdef uint16_t[:, ::1] adv16
+        if half16:
+            adv16 = self.advantages_f16.view(np.uint16)
+            c.advantages_f16 = &adv16[0, 0]
+        c.wire_adv_f16 = half16
         c.wire = wire
         c.wire_u8 = wire
         c.wire_u8_max = 255.0
@@ -822,6 +861,11 @@ cdef class MachineGroup:
         """Wire layout: 'uint8' while every row fitted uint8 exactly, else 'float32'."""
         return "uint8" if self.core.wire_u8 else "float32"
 
+    @property
+    def wire_adv_dtype(self):
+        """Wire layout: the dtype answers come back in ('float32' or 'float16')."""
+        return "float16" if self.core.wire_adv_f16 else "float32"
+
     def wire_counts(self):
         """Wire layout: (rows at the front for model_ids[0], rows at the back for model_ids[1])."""
         return int(self.core.n_front), int(self.core.n_back)
@@ -829,17 +873,19 @@ cdef class MachineGroup:
     def wire_segments(self):
         """Wire layout: [(model id, rows, advantages)] for each player with rows
         waiting, rows and advantages being views of this group's buffers (the
-        answer for `rows` goes into `advantages`, then resume())."""
+        answer for `rows` goes into `advantages`, then resume()); advantages
+        are float16 views of advantages_f16 with adv_dtype="float16"."""
         cdef Core* c = &self.core
         if not c.wire:
             raise RuntimeError("wire_segments() needs MachineGroup(..., wire=True)")
         rows = self.requests_u8 if c.wire_u8 else self.requests
+        adv = self.advantages_f16 if c.wire_adv_f16 else self.advantages
         out = []
         if c.n_front:
-            out.append((c.params.model_ids[0], rows[:c.n_front], self.advantages[:c.n_front]))
+            out.append((c.params.model_ids[0], rows[:c.n_front], adv[:c.n_front]))
         if c.n_back:
             lo = c.n_machines - c.n_back
-            out.append((c.params.model_ids[1], rows[lo:], self.advantages[lo:]))
+            out.append((c.params.model_ids[1], rows[lo:], adv[lo:]))
         return out
 
     def finished(self):
@@ -909,6 +955,17 @@ def _py_regret_match(adv, legal, bint uniform_fallback):
     memset(&stats, 0, sizeof(Stats))
     _regret_match(&a[0], &l[0], len(legal), &sigma[0], uniform_fallback, &stats)
     return np.asarray(sigma), bool(stats.fallbacks)
+
+
+def _py_half_to_float(h):
+    """float32 values of float16 array h, converted by the C routine resume() uses."""
+    cdef uint16_t[::1] src = np.ascontiguousarray(h, dtype=np.float16).view(np.uint16)
+    out = np.zeros(len(src), np.float32)
+    cdef float[::1] dst = out
+    cdef Py_ssize_t i
+    for i in range(len(src)):
+        dst[i] = traverse_half_to_float(src[i])
+    return out
 
 
 def _py_sample(p, double u):

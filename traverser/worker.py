@@ -16,7 +16,7 @@ from traverser.remote import RemoteStepper
 def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run_seed, weight, sink,
                groups_per_thread=4, machines=256, threads=1, capacity=4096, timeout_s=60.0, resend_s=5.0,
                context=None, on_groups=None, curve_keys="", seconds=None, stop=None, progress=None,
-               progress_interval=0.5):
+               progress_interval=0.5, adv_dtype="float32"):
     """Run traversals against the batcher at `endpoint`; drained chunks go to
     sink(adv, strat) (from the stepping threads). Returns merged stats.
 
@@ -27,7 +27,9 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
     unfinished. progress(sample), if given, is called
     every progress_interval seconds (from a helper thread) with the counters
     so far: t (time.monotonic()), cpu_s (this process), nodes, queries,
-    traversals.
+    traversals. adv_dtype: the dtype the batcher answers in, "float32" (exact:
+    the samples of run_local with the same nets) or "float16" (half the
+    bytes; advantages rounded to 11 significant bits).
     """
     ids = np.asarray(traversal_ids, dtype=np.int64)
     trav = np.broadcast_to(np.asarray(traversers, dtype=np.int8), ids.shape)
@@ -35,7 +37,7 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
     groups = []
     for i in range(n_groups):
         g = MachineGroup(game, config, n_machines=machines, adv_capacity=capacity, strat_capacity=capacity,
-                         wire=True)
+                         wire=True, adv_dtype=adv_dtype)
         g.start(ids[i::n_groups], trav[i::n_groups], iteration, run_seed, weight)
         groups.append(g)
     refill, deadline = None, None
