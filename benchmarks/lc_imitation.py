@@ -1,0 +1,104 @@
+"""How well can a net of the run's shape learn to play like the heuristic,
+with and without the derived info-state segments?
+`python -m benchmarks.lc_imitation`
+
+The warm start trains the strategy net on heuristic self-play, and the
+lasting prior keeps those rows in every batch, so the average policy can be
+no stronger than the net's imitation of the heuristic plus what CFR adds.
+For each encoding (`features` 0 and 1) this builds the warm start's rows
+(trainer.warmstart.heuristic_rows) from --games games, trains a fresh
+strategy net on them for --steps Adam steps with the trainer's loss, and
+reports, on the decisions of --test-games other games:
+  - agreement: how often the net's most likely legal move is the heuristic's;
+  - the greedy net against the heuristic and against random on duplicate
+    deals (--match-games games each; trainer.evaluate.duplicate_match).
+Both encodings see the same games, batches and seeds.
+"""
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import torch
+
+import engine
+from batcher.networks import net_for_game
+from trainer.evaluate import duplicate_match
+from trainer.learn import strategy_loss, train_net
+from trainer.policy import AveragePolicy, policy_probs
+from trainer.warmstart import heuristic_rows
+
+
+class _Rows:
+    """The minimal memory train_net samples from: fixed rows, uniform draws."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.size = len(rows["weight"])
+
+    def sample(self, batch_size, rng):
+        idx = rng.integers(0, self.size, size=batch_size)
+        return {k: v[idx] for k, v in self.rows.items()}
+
+
+def imitate(features, args):
+    game = engine.load_game("lost_cities", max_turns=200, features=features)
+    t0 = time.perf_counter()
+    _, train = heuristic_rows(game, args.games, seed=1_000_003, advantage=0.2)
+    _, test = heuristic_rows(game, args.test_games, seed=9_000_017, advantage=0.2)
+    t_rows = time.perf_counter() - t0
+    torch.manual_seed(args.seed)
+    net = net_for_game(game, hidden=tuple(args.hidden), seed=args.seed)
+    opt = torch.optim.Adam(net.parameters(), lr=args.lr)
+    t0 = time.perf_counter()
+    loss = train_net(net, _Rows(train), args.steps, args.batch_size, opt, "cpu",
+                     np.random.default_rng(args.seed), strategy_loss)
+    t_train = time.perf_counter() - t0
+    probs = policy_probs(net, test["info"].astype(np.float32), test["mask"])
+    agree = float((probs.argmax(1) == test["target"].argmax(1)).mean())
+    out = {"features": features, "tensor_size": game.information_state_tensor_size(),
+           "train_rows": int(train["weight"].size), "test_rows": int(test["weight"].size),
+           "train_loss": loss, "agreement": agree, "rows_s": round(t_rows, 1), "train_s": round(t_train, 1)}
+    for opponent in ("heuristic", "random"):
+        r = duplicate_match(game, AveragePolicy(net, greedy=True, seed=args.seed), opponent,
+                            args.match_games, seed=777)
+        out[opponent] = {k: r[k] for k in ("win_rate", "win_rate_lo", "win_rate_hi",
+                                           "margin", "margin_lo", "margin_hi")}
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.lc_imitation", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--games", type=int, default=2000, help="heuristic self-play games to learn from")
+    ap.add_argument("--test-games", type=int, default=200, help="other games whose decisions are scored")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    ap.add_argument("--match-games", type=int, default=1000)
+    ap.add_argument("--features", type=int, nargs="+", default=[0, 1], choices=[0, 1])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    ap.add_argument("--out", help="write the results as JSON here")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    results = []
+    for features in args.features:
+        r = imitate(features, args)
+        results.append(r)
+        h, rnd = r["heuristic"], r["random"]
+        print(f"features={features} ({r['tensor_size']} entries): agreement {r['agreement']:.1%} on "
+              f"{r['test_rows']} held-out decisions; greedy vs heuristic {h['win_rate']:.1%} "
+              f"({h['win_rate_lo']:.1%}..{h['win_rate_hi']:.1%}), {h['margin']:+.1f} "
+              f"({h['margin_lo']:+.1f}..{h['margin_hi']:+.1f}); vs random {rnd['win_rate']:.1%}, "
+              f"{rnd['margin']:+.1f}; train {r['train_s']} s, loss {r['train_loss']:.3f}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
