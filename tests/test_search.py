@@ -104,7 +104,7 @@ def test_sequential_halving_spends_the_plain_budget_on_the_contenders():
     state = _midgame(game, 7)
     A = len(state.legal_actions())
     assert A >= 5
-    player = SearchPlayer(game, worlds=32, seed=3)
+    player = SearchPlayer(game, worlds=32, seed=3, schedule="halving")
     calls = []
     inner = player._chunk_values
 
@@ -159,3 +159,82 @@ def test_evaluate_cli_runs_the_search_with_a_blueprint(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--search", "worlds=x"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --search") and "Traceback" not in bad.stderr
+
+
+def _heuristic_final(game, world, action, me):
+    s = world.clone()
+    s.apply_action(action)
+    while not s.is_terminal():
+        s.apply_action(game.heuristic_action(s))
+    return s.returns()[me]
+
+
+@pytest.mark.parametrize("params", [LC_SMALL, dict(max_turns=200), dict(colours=6, max_turns=200),
+                                    dict(wagers=0, max_turns=200),
+                                    dict(colours=6, ranks=12, wagers=4, hand_size=12, max_turns=200)])
+def test_fast_heuristic_is_the_heuristic_move_for_move(params):
+    from engine._lc_search import fast_heuristic_action
+    game = engine.load_game("lost_cities", **params)
+    rng = np.random.default_rng(0)
+    n = 0
+    for d in range(40):
+        s = game.new_initial_state(seed=d)
+        eps = rng.random()                   # a share of random moves reaches odd states
+        while not s.is_terminal():
+            h = game.heuristic_action(s)
+            assert fast_heuristic_action(s) == h
+            n += 1
+            legal = s.legal_actions()
+            s.apply_action(h if rng.random() > eps else int(rng.choice(legal)))
+    assert n > 1000
+
+
+def test_race_values_are_heuristic_playouts_in_common_worlds():
+    from engine._lc_search import race_values, search_values
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    state = _midgame(game, 7)
+    me = state.current_player()
+    cands = state.legal_actions()
+    A = len(cands)
+    b, vals, seen = race_values(state, me, 11, cands, 40 * A, first_round=4, chunk=4, z=1.0, eps=0.0)
+    assert vals.shape == (A, seen.max()) and seen.sum() <= 40 * A
+    worlds = _replay_worlds(game, state, 11, int(seen.max()))
+    for j, a in enumerate(cands):
+        assert np.isnan(vals[j, seen[j]:]).all()
+        for w in range(seen[j]):
+            assert vals[j, w] == _heuristic_final(game, worlds[w], a, me)
+    assert np.array_equal(search_values(state, me, 11, cands, 0, int(seen.max())), np.array(
+        [[_heuristic_final(game, worlds[w], a, me) for w in range(int(seen.max()))] for a in cands]))
+    last = np.flatnonzero(seen == seen.max())
+    means = np.nanmean(vals[last], axis=1)
+    assert b == last[int(np.argmax(means))]
+    # a candidate paired with itself is never worse: with eps 0 both copies
+    # spend the whole budget, with eps > 0 one copy leaves after the first step
+    b, vals, seen = race_values(state, me, 11, [cands[0], cands[0]], 40, first_round=4, z=3.0, eps=0.0)
+    assert list(seen) == [20, 20] and b == 0 and not np.isnan(vals).any()
+    b, vals, seen = race_values(state, me, 11, [cands[0], cands[0]], 40, first_round=4, z=3.0, eps=0.1)
+    assert list(seen) == [4, 4] and b == 0
+    with pytest.raises(ValueError, match="illegal candidate"):
+        race_values(state, me, 11, [-1], 10)
+
+
+def test_race_player_picks_among_the_survivors():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    state = _midgame(game, 7)
+    player = SearchPlayer(game, worlds=32, seed=3)
+    assert player.schedule == "race" and "race" in player.name
+    cands, values, share = player.search(state)
+    assert cands == state.legal_actions()
+    assert np.isfinite(values).sum() >= 1 and share.sum() == pytest.approx(1.0)
+    assert player.step(state) == cands[int(np.argmax(values))]
+    assert 1 <= player.worlds_played and player.worlds_played <= 32 * len(cands)
+    probs = player.action_probs(state)
+    assert set(probs) == set(cands) and sum(probs.values()) == pytest.approx(1.0)
+    timed = SearchPlayer(game, worlds=10_000, chunk=4, time_limit_s=1e-6, seed=0)
+    timed.search(state)
+    assert timed.worlds_played == 4                 # one step, then the time is up
+    with pytest.raises(ValueError, match="race schedule"):
+        SearchPlayer(game, playout="random", schedule="race")
+    assert SearchPlayer(game, playout="random").schedule == "halving"
+    assert SearchPlayer(game, halving=False).schedule == "plain"
+    assert parse_search_spec("schedule=race,z=2.5,eps=0")["z"] == 2.5

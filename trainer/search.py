@@ -45,8 +45,10 @@ import time
 import numpy as np
 
 from engine._batch import StateBatch
+from engine._lc_search import race_values, search_values
 
 PLAYOUTS = ("heuristic", "random", "blueprint")
+SCHEDULES = ("race", "halving", "plain")
 
 
 class SearchPlayer:
@@ -54,7 +56,8 @@ class SearchPlayer:
     trainer.policy.Policy or None; `topk` 0 searches every legal action."""
 
     def __init__(self, game, blueprint=None, worlds=64, topk=0, playout="heuristic", depth=4,
-                 time_limit_s=None, chunk=16, halving=True, opponent=None, seed=0):
+                 time_limit_s=None, chunk=16, halving=True, opponent=None, seed=0, schedule=None,
+                 z=3.0, eps=0.1):
         if game.name != "lost_cities":
             raise ValueError(f"the search player plays lost_cities, not {game.name}")
         if worlds < 1 or chunk < 1:
@@ -67,6 +70,15 @@ class SearchPlayer:
             raise ValueError("topk and depth must be >= 0")
         if time_limit_s is not None and time_limit_s <= 0:
             raise ValueError(f"time_limit_s must be > 0, got {time_limit_s}")
+        if schedule is None:
+            schedule = "plain" if not halving else "race" if playout == "heuristic" and opponent is None \
+                else "halving"
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        if schedule == "race" and (playout != "heuristic" or opponent is not None):
+            raise ValueError("the race schedule plays heuristic playouts without an opponent model")
+        if z <= 0 or eps < 0:
+            raise ValueError(f"z must be > 0 and eps >= 0, got {z} and {eps}")
         self.game = game
         self.blueprint = blueprint
         self.worlds = int(worlds)
@@ -75,7 +87,10 @@ class SearchPlayer:
         self.depth = int(depth)
         self.time_limit_s = time_limit_s
         self.chunk = min(int(chunk), self.worlds)
-        self.halving = bool(halving)
+        self.schedule = schedule
+        self.halving = schedule == "halving"
+        self.z = float(z)
+        self.eps = float(eps)
         self.opponent = opponent
         self.rng = np.random.default_rng([int(seed), 0x5EA2C4])
         cap = self.chunk * game.max_legal_actions()
@@ -90,7 +105,8 @@ class SearchPlayer:
 
     @property
     def name(self):
-        parts = [f"worlds={self.worlds}"] + ([] if self.halving else ["halving=0"])
+        parts = [f"worlds={self.worlds}"] + {"halving": [], "plain": ["halving=0"],
+                                             "race": [f"race(z={self.z:g},eps={self.eps:g})"]}[self.schedule]
         if self.topk:
             parts.append(f"topk={self.topk}")
         parts.append(f"playout={self.playout}" + (f",depth={self.depth}" if self.playout == "blueprint" else ""))
@@ -114,6 +130,8 @@ class SearchPlayer:
         me = state.current_player()
         cands = self.candidates(state)
         A = len(cands)
+        if self.schedule == "race":
+            return self._race(state, me, cands, t0, c0)
         totals, counts, wins = np.zeros(A), np.zeros(A), np.zeros(A)
         alive = np.arange(A)
         rounds = max(1, math.ceil(math.log2(A))) if self.halving and A > 2 else 1
@@ -151,6 +169,38 @@ class SearchPlayer:
         self.last = (cands, final, share)
         return self.last
 
+    def _race(self, state, me, cands, t0, c0):
+        """The race (engine._lc_search.lc_race), one nogil call: every
+        candidate in the same worlds; one leaves once its paired difference to
+        the leader is, with z standard errors, under eps points; the budget of
+        the plain search (worlds x candidates playouts) or the time limit
+        ends it, or one left."""
+        A = len(cands)
+        seed = int(self.rng.integers(1 << 62))
+        budget = self.worlds * A
+        b, vals, seen = race_values(state, me, seed, cands, budget, first_round=self.chunk,
+                                    chunk=self.chunk, z=self.z, eps=self.eps,
+                                    time_limit=self.time_limit_s or 0.0)
+        final = np.full(A, -np.inf)
+        wins = np.zeros(A)
+        if vals.shape[1]:
+            sums = np.where(np.isnan(vals), 0.0, vals).sum(axis=1)
+            last = seen == seen.max()                  # still in the race at the end
+            final[last] = sums[last] / seen[last]
+            v = np.where(np.isnan(vals), -np.inf, vals)
+            top = v == v.max(axis=0)
+            wins = (top / top.sum(axis=0)).sum(axis=1)
+        else:
+            final[0] = 0.0
+            wins[0] = 1.0
+        played = int(vals.shape[1])
+        self.decisions += 1
+        self.worlds_played += played
+        self.seconds += time.perf_counter() - t0
+        self.cpu_seconds += time.process_time() - c0
+        self.last = (cands, final, wins / max(wins.sum(), 1e-12))
+        return self.last
+
     def _out_of_time(self, t0):
         return self.time_limit_s is not None and time.perf_counter() - t0 >= self.time_limit_s
 
@@ -159,6 +209,8 @@ class SearchPlayer:
         A = len(cands)
         n = K * A
         seed = int(self.rng.integers(1 << 62))
+        if self.playout == "heuristic" and self.opponent is None:
+            return search_values(state, me, seed, cands, 0, K)     # the same values, one nogil C loop
         b.fill(state, 0, K)
         b.resample(me, seed, 0, K)
         if A > 1:
@@ -242,7 +294,7 @@ def parse_search_spec(text):
     """"worlds=64,topk=4,playout=blueprint,depth=4,time=20,chunk=16,policy=average"
     -> keyword arguments (time in milliseconds). Unknown keys raise ValueError."""
     kinds = {"worlds": int, "topk": int, "depth": int, "chunk": int, "time": float, "seed": int,
-             "halving": int, "playout": str, "policy": str}
+             "halving": int, "playout": str, "policy": str, "schedule": str, "z": float, "eps": float}
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = part.partition("=")
@@ -288,6 +340,10 @@ def main(argv=None):
     ap.add_argument("--worlds", type=int, nargs="+", default=[64], help="worlds per decision (several: a table)")
     ap.add_argument("--playout", choices=["heuristic", "random"], default="heuristic")
     ap.add_argument("--no-halving", action="store_true", help="spend every world on every candidate")
+    ap.add_argument("--schedule", choices=SCHEDULES, default=None,
+                    help="how the worlds are spent (default: race with heuristic playouts, else halving)")
+    ap.add_argument("--z", type=float, default=3.0, help="race: standard errors before a candidate leaves")
+    ap.add_argument("--eps", type=float, default=0.1, help="race: points of indifference")
     ap.add_argument("--time-ms", type=float, default=None, help="time budget per decision")
     ap.add_argument("--games", type=int, default=400, help="games per point, in duplicate pairs (default 400)")
     ap.add_argument("--opponent", choices=["heuristic", "random"], default="heuristic")
@@ -304,20 +360,22 @@ def main(argv=None):
     rows = []
     for k in args.worlds:
         player = SearchPlayer(game, worlds=k, playout=args.playout, seed=args.seed, halving=not args.no_halving,
-                              time_limit_s=args.time_ms / 1000.0 if args.time_ms else None)
+                              time_limit_s=args.time_ms / 1000.0 if args.time_ms else None,
+                              schedule=args.schedule, z=args.z, eps=args.eps)
         t0 = time.perf_counter()
         r = duplicate_match(game, player, args.opponent, args.games, seed=args.seed)
         row = {"worlds": k, "games": r["games"], "win_rate": r["win_rate"], "win_rate_lo": r["win_rate_lo"],
                "win_rate_hi": r["win_rate_hi"], "margin": r["margin"], "margin_lo": r["margin_lo"],
                "margin_hi": r["margin_hi"], "ms_per_decision": player.ms_per_decision(),
                "cpu_ms_per_decision": player.ms_per_decision(cpu=True),
-               "decisions": player.decisions, "seconds": time.perf_counter() - t0}
+               "decisions": player.decisions, "seconds": time.perf_counter() - t0,
+               "player": player.name, "worlds_per_decision": player.worlds_played / max(player.decisions, 1)}
         rows.append(row)
         if not args.json:
-            print(f"worlds {k:>4}: {r['win_rate']:.1%} [{r['win_rate_lo']:.1%}, {r['win_rate_hi']:.1%}] wins, "
+            print(f"{player.name} worlds {k:>4}: {r['win_rate']:.1%} [{r['win_rate_lo']:.1%}, {r['win_rate_hi']:.1%}] wins, "
                   f"margin {r['margin']:+.1f} [{r['margin_lo']:+.1f}, {r['margin_hi']:+.1f}] "
                   f"vs {args.opponent} over {r['games']} games; {row['ms_per_decision']:.2f} ms per decision "
-                  f"({row['cpu_ms_per_decision']:.2f} ms of CPU)",
+                  f"({row['cpu_ms_per_decision']:.2f} ms of CPU, {row['worlds_per_decision']:.0f} worlds)",
                   flush=True)
     if args.json:
         print(json.dumps(rows))
