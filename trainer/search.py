@@ -3,7 +3,7 @@ cannot see, for Lost Cities.
 
     player = SearchPlayer(game, blueprint=None, worlds=64)      # heuristic playouts, no net
     action = player.step(state)
-    python -m trainer.search --worlds 64 --games 400            # against HeuristicBot, duplicate deals
+    python -m trainer.search --worlds 512 --games 400           # against HeuristicBot, duplicate deals
     python -m trainer.evaluate RUN --search worlds=64,topk=4    # with a trained blueprint
 
 At each decision the player
@@ -22,15 +22,31 @@ With an `opponent` model (a policy), each playout first finishes the
 player's turn with the playout policy and lets that model play the
 opponent's next turn: a best response to the model one turn deep, which is
 what the exploiter (trainer.exploiter) is.
-With `halving` (the default) the worlds are spent by sequential halving:
+How the worlds are spent (`schedule`):
+  race (the default with heuristic playouts and no opponent model): every
+     candidate still in the race is played in the same worlds, 16 (`chunk`)
+     at a time; after each step the leader is the best mean, and a candidate
+     leaves once, even optimistically (its mean paired difference to the
+     leader plus `z` standard errors), it is not `eps` points better. The
+     heuristic playouts are deterministic, so paired differences are due to
+     the action alone and most candidates leave after a few steps; the
+     budget of the plain search (worlds x candidates playouts), the time
+     limit or one candidate left ends it. The whole race is one nogil C call
+     (engine._lc_search), with a bit-walking copy of the heuristic that
+     plays move for move as lc_heuristic_action, about twice as fast.
+  halving (the default otherwise; `halving=True`): sequential halving, below.
+  plain (`halving=False`): every world for every candidate.
+With `halving` the worlds are spent by sequential halving:
 the budget of the plain search (worlds x candidates playouts) is split over
 log2(candidates) rounds, and after each round the worse half of the
 candidates is dropped, so the close contenders are compared over several
 times more worlds for the same cost. All candidates alive in a round are
 played in the same worlds (common random numbers).
-The copies, redeals, moves and playouts are nogil C loops (engine._batch);
-Python runs once per batch. A `time_limit_s` budget stops adding worlds (in
-chunks of `chunk` worlds) when the time is up; at least one chunk is played.
+The copies, redeals, moves and playouts are nogil C loops (engine._batch,
+or engine._lc_search for heuristic playouts); Python runs once per batch
+(once per decision in the race). A `time_limit_s` budget (wall clock) stops
+adding worlds (in chunks of `chunk` worlds) when the time is up; at least one
+chunk is played.
 
 The player plays through the same interface as the bots (`.step(state)`),
 and `action_probs(state)` gives the share of worlds in which each candidate
