@@ -344,6 +344,10 @@ def test_warm_started_run_starts_from_the_heuristic(tmp_path):
                      "--set", "train.warm_start_games=4", "--set", "train.warm_start_steps=3"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert "warm start: " in r.stdout and "heuristic decisions from 4 games, 3 steps per net" in r.stdout
+    # the smoke config's game sees the derived segments: rows, wire and nets are all that wide
+    import engine
+    wide = engine.load_game("lost_cities", max_turns=200, features=1).information_state_tensor_size()
+    assert ck.load_checkpoint(run_dir)["net_spec"]["input_size"] == wide
     m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     # the memories hold the warm-start rows besides iteration 1's samples
     assert m["adv_memory_0"] > m["samples_adv_0"] and m["strategy_memory"] > m["samples_strat_0"] + m["samples_strat_1"]
