@@ -3,12 +3,9 @@ nogil C: redeal a world, play every candidate action in it, play each out
 with the heuristic to the end, score. Python calls it once per chunk of
 worlds; nothing here touches a Python object per world or per move.
 
-`lc_fast_heuristic` is the rule-based bot of engine/_lost_cities.pyx
-(`lc_heuristic_action`) move for move, rewritten to walk the set bits of the
-hand mask instead of every kind: the same rules, the same double arithmetic
-and the same tie order (tests/test_search.py checks it against the original on
-many states), about three times faster. Playouts spend nearly all of the
-search's time in it.
+Playouts use the rule-based bot of engine/_lost_cities.pyx
+(`lc_heuristic_action`, which walks the set bits of the hand mask); they
+spend nearly all of the search's time in it.
 
 Worlds: world w of a call is the root state redealt for the searching player
 by lc_resample from the stream rng_seed(seed, 0x4E5A, w), as
@@ -27,130 +24,15 @@ from engine._types cimport int8_t, int16_t, uint8_t, uint64_t
 from engine._rng cimport rng_seed
 from engine._game cimport Game, State
 from engine._lost_cities cimport (LCConfig, LCState, LCUndo, LC_PLAY, LC_DRAW, LC_MAX_COLOURS,
-                                  lc_apply, lc_score, lc_resample, lc_legal_actions)
-
-cdef extern from *:
-    int __builtin_ctzll(unsigned long long) nogil
-
-
-cdef int lc_fast_heuristic(const LCConfig* cfg, const LCState* s) noexcept nogil:
-    """lc_heuristic_action's move (see there for the rules), from the hand's
-    set bits: the kinds in hand are visited in increasing order, as the
-    original's loops visit them, so every tie breaks the same way."""
-    cdef int p = s.player, o = 1 - p, K = cfg.num_kinds, kpc = cfg.kinds_per_colour
-    cdef int c, r, k, w, gap, best_action = -1, top
-    cdef int hand_points[LC_MAX_COLOURS]
-    cdef int hand_numbers[LC_MAX_COLOURS]
-    cdef int lowest[LC_MAX_COLOURS]
-    cdef double score, best_score = -1e9
-    cdef bint late = s.deck_len <= 3 * cfg.colours
-    cdef bint started
-    cdef int open_points = cfg.expedition_cost - cfg.expedition_cost // 4
-    cdef int wager_points = cfg.expedition_cost + cfg.expedition_cost // 2
-    cdef int opp_top
-    cdef bint opp_started
-    cdef uint64_t m
-
-    if s.phase == LC_DRAW:
-        best_action = 2 * K
-        for c in range(cfg.colours):
-            if s.pile_len[c] == 0 or c == s.blocked:
-                continue
-            k = s.pile[c][s.pile_len[c] - 1]
-            r = cfg.kind_rank[k]
-            if r == 0 or s.count[p][c] == 0 or r <= s.top[p][c]:
-                continue
-            gap = r - s.top[p][c] - 1
-            if s.top[p][c] == 0:
-                gap = r - 1
-            if gap <= 1:
-                score = 2.0 - gap + cfg.kind_value[k] * 0.01
-                if score > best_score:
-                    best_score = score
-                    best_action = 2 * K + 1 + c
-        return best_action
-
-    for c in range(cfg.colours):
-        hand_points[c] = 0
-        hand_numbers[c] = 0
-        lowest[c] = 0
-    for w in range(2):
-        m = s.hand_mask[p][w]
-        while m:
-            k = (w << 6) + __builtin_ctzll(m)
-            m &= m - 1
-            c = cfg.kind_colour[k]
-            r = cfg.kind_rank[k]
-            if r > s.top[p][c]:            # r > 0 follows: a wager's rank is 0
-                hand_points[c] += cfg.kind_value[k]
-                hand_numbers[c] += 1
-                if lowest[c] == 0:         # increasing kinds: the first is the lowest
-                    lowest[c] = r
-
-    for c in range(cfg.colours):
-        started = s.count[p][c] > 0
-        k = c * kpc
-        if (s.hand[p][k] and s.top[p][c] == 0 and not late and s.deck_len > cfg.deck_size // 2
-                and hand_points[c] >= wager_points and hand_numbers[c] >= 3):
-            score = 3.0 + hand_points[c] * 0.01
-            if score > best_score:
-                best_score = score
-                best_action = k
-        if lowest[c] == 0:
-            continue
-        k = c * kpc + lowest[c]
-        if started:
-            gap = lowest[c] - s.top[p][c] - 1 if s.top[p][c] > 0 else lowest[c] - 1
-            if gap <= 1 or late:
-                score = 4.0 - gap * 0.5
-            elif gap <= 3 and hand_numbers[c] >= 2:
-                score = 1.0 - gap * 0.1
-            else:
-                continue
-        else:
-            if late or hand_points[c] < open_points or hand_numbers[c] < 2:
-                continue
-            score = 2.0 + (hand_points[c] - open_points) * 0.02 - (lowest[c] - 1) * 0.2
-        if score > best_score:
-            best_score = score
-            best_action = k
-    if best_action >= 0:
-        return best_action
-
-    best_score = 1e9
-    for w in range(2):
-        m = s.hand_mask[p][w]
-        while m:
-            k = (w << 6) + __builtin_ctzll(m)
-            m &= m - 1
-            c = cfg.kind_colour[k]
-            r = cfg.kind_rank[k]
-            score = 0.0
-            opp_top = s.top[o][c]
-            opp_started = s.count[o][c] > 0
-            if r == 0:
-                if opp_top == 0:
-                    score += 3.0 if opp_started else 1.0
-            elif r > opp_top:
-                score += (2.0 if opp_started else 0.5) + cfg.kind_value[k] * 0.05
-            top = s.top[p][c]
-            if r > top and (r > 0 or top == 0):
-                if s.count[p][c] > 0:
-                    score += 2.0 + cfg.kind_value[k] * 0.05
-                else:
-                    score += hand_points[c] * 0.03
-            if score < best_score:
-                best_score = score
-                best_action = K + k
-    return best_action
-
+                                  lc_apply, lc_score, lc_resample, lc_legal_actions,
+                                  lc_heuristic_action)
 
 cdef inline void lc_heuristic_playout(const LCConfig* cfg, LCState* s, int limit) noexcept nogil:
     """Play `s` to the end (or `limit` moves) with the heuristic for both sides."""
     cdef LCUndo u
     cdef int steps = 0
     while not s.terminal and steps < limit:
-        lc_apply(cfg, s, lc_fast_heuristic(cfg, s), &u)
+        lc_apply(cfg, s, lc_heuristic_action(cfg, s), &u)
         steps += 1
 
 
@@ -339,16 +221,6 @@ def search_values(State state, int player, seed, cands, int first, int n_worlds)
         lc_search_worlds(cfg, root, player, base, first, n_worlds, &cv[0], <int>cv.shape[0],
                          &ov[0, 0], limit)
     return out
-
-
-def fast_heuristic_action(State state):
-    """lc_fast_heuristic's move in `state` (for tests: it must equal
-    game.heuristic_action(state))."""
-    cdef Game game = state.game
-    _lc_cfg(game)
-    if (<const LCState*>state.data).terminal:
-        raise ValueError("the game is over")
-    return lc_fast_heuristic(<const LCConfig*>game.gd.cfg, <const LCState*>state.data)
 
 
 def heuristic_playouts(State state, int n):

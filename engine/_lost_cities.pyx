@@ -591,6 +591,27 @@ cdef int _check(const void* cfgp, const void* state) noexcept nogil:
 # ---------------------------------------------------------------------------
 # rule-based heuristic bot, in C so that evaluation matches run fast
 
+cdef inline double _discard_score(const LCConfig* cfg, const LCState* s, int p, int k,
+                                  const int* hand_points) noexcept nogil:
+    """The heuristic's discard score of kind k (lowest is discarded): what the
+    card would give the opponent, then what it is still worth to us."""
+    cdef int o = 1 - p, c = cfg.kind_colour[k], r = cfg.kind_rank[k]
+    cdef int opp_top = s.top[o][c]
+    cdef bint opp_started = s.count[o][c] > 0
+    cdef double score = 0.0
+    if r == 0:
+        if opp_top == 0:
+            score += 3.0 if opp_started else 1.0
+    elif r > opp_top:
+        score += (2.0 if opp_started else 0.5) + cfg.kind_value[k] * 0.05
+    if r > s.top[p][c] and (r > 0 or s.top[p][c] == 0):
+        if s.count[p][c] > 0:
+            score += 2.0 + cfg.kind_value[k] * 0.05
+        else:
+            score += hand_points[c] * 0.03
+    return score
+
+
 cdef int lc_heuristic_action(const LCConfig* cfg, const LCState* s) noexcept nogil:
     """A rule-based move for the player to act. Deterministic.
 
@@ -601,8 +622,9 @@ cdef int lc_heuristic_action(const LCConfig* cfg, const LCState* s) noexcept nog
     Draw phase: take a pile's top card only if it fits a started expedition
     with a small gap, else draw from the deck.
     """
-    cdef int p = s.player, o = 1 - p, K = cfg.num_kinds, kpc = cfg.kinds_per_colour
-    cdef int c, r, k, gap, best_action = -1, n
+    cdef int p = s.player, K = cfg.num_kinds, kpc = cfg.kinds_per_colour
+    cdef int c, r, k, w, gap, best_action = -1
+    cdef uint64_t m
     cdef int hand_points[LC_MAX_COLOURS]     # playable number points in hand per colour
     cdef int hand_numbers[LC_MAX_COLOURS]    # playable number cards in hand per colour
     cdef int lowest[LC_MAX_COLOURS]          # lowest playable rank index in hand (0: none)
@@ -611,7 +633,6 @@ cdef int lc_heuristic_action(const LCConfig* cfg, const LCState* s) noexcept nog
     cdef bint started
     cdef int open_points = cfg.expedition_cost - cfg.expedition_cost // 4
     cdef int wager_points = cfg.expedition_cost + cfg.expedition_cost // 2
-    cdef int opp_top, opp_started
 
     if s.phase == LC_DRAW:
         best_action = 2 * K
@@ -636,12 +657,18 @@ cdef int lc_heuristic_action(const LCConfig* cfg, const LCState* s) noexcept nog
         hand_points[c] = 0
         hand_numbers[c] = 0
         lowest[c] = 0
-        for r in range(kpc - 1, 0, -1):
-            k = c * kpc + r
-            if s.hand[p][k] and r > s.top[p][c]:
+    for w in range(2):                      # the kinds in hand, in increasing order
+        m = s.hand_mask[p][w]
+        while m:
+            k = (w << 6) + __builtin_ctzll(m)
+            m &= m - 1
+            c = cfg.kind_colour[k]
+            r = cfg.kind_rank[k]
+            if r > s.top[p][c]:             # so r > 0: a wager's rank is 0
                 hand_points[c] += cfg.kind_value[k]
                 hand_numbers[c] += 1
-                lowest[c] = r
+                if lowest[c] == 0:          # the first fitting number card is the lowest
+                    lowest[c] = r
 
     for c in range(cfg.colours):
         started = s.count[p][c] > 0
@@ -676,28 +703,15 @@ cdef int lc_heuristic_action(const LCConfig* cfg, const LCState* s) noexcept nog
 
     # discard: the card that helps the opponent least, then us least
     best_score = 1e9
-    for k in range(K):
-        n = s.hand[p][k]
-        if n == 0:
-            continue
-        c = cfg.kind_colour[k]
-        r = cfg.kind_rank[k]
-        score = 0.0
-        opp_top = s.top[o][c]
-        opp_started = s.count[o][c] > 0
-        if r == 0:
-            if opp_top == 0:
-                score += 3.0 if opp_started else 1.0
-        elif r > opp_top:
-            score += (2.0 if opp_started else 0.5) + cfg.kind_value[k] * 0.05
-        if r > s.top[p][c] and (r > 0 or s.top[p][c] == 0):
-            if s.count[p][c] > 0:
-                score += 2.0 + cfg.kind_value[k] * 0.05
-            else:
-                score += hand_points[c] * 0.03
-        if score < best_score:
-            best_score = score
-            best_action = K + k
+    for w in range(2):                      # the kinds in hand, in increasing order (the same ties)
+        m = s.hand_mask[p][w]
+        while m:
+            k = (w << 6) + __builtin_ctzll(m)
+            m &= m - 1
+            score = _discard_score(cfg, s, p, k, hand_points)
+            if score < best_score:
+                best_score = score
+                best_action = K + k
     return best_action
 
 
