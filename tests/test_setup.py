@@ -127,11 +127,23 @@ def test_venv_without_torch_is_isolated(tmp_path, bare_venv):
 
 def test_interrupted_venv_leaves_nothing(tmp_path, bare_venv):
     """Ctrl-C half-way (after bin/python exists, while ensurepip runs) removes
-    the directory, so that make does not take it for a finished virtualenv."""
+    the directory, so that make does not take it for a finished virtualenv.
+    The base interpreter is the bare virtualenv's behind a wrapper that makes
+    the real virtualenv (without pip) and then blocks where ensurepip would
+    run, so the interrupt always lands half-way: a real ensurepip can finish
+    between the check and the signal on a busy machine."""
     d = tmp_path / "v"
+    base = tmp_path / "python-with-slow-ensurepip"
+    base.write_text("#!/usr/bin/env bash\n"
+                    'if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then\n'
+                    f'    "{bare_venv / "bin" / "python"}" -m venv --without-pip "${{@:3}}" || exit 1\n'
+                    "    exec sleep 120\n"
+                    "fi\n"
+                    f'exec "{bare_venv / "bin" / "python"}" "$@"\n')
+    base.chmod(0o755)
     proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "venv.sh"), str(d)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=clean_env(BASE_PYTHON=str(bare_venv / "bin" / "python")))
+                            env=clean_env(BASE_PYTHON=str(base)))
     try:
         deadline = time.monotonic() + 60
         while not (d / "bin" / "python").exists() and proc.poll() is None and time.monotonic() < deadline:
