@@ -141,9 +141,12 @@ def test_interrupted_venv_leaves_nothing(tmp_path, bare_venv):
                     "fi\n"
                     f'exec "{bare_venv / "bin" / "python"}" "$@"\n')
     base.chmod(0o755)
+    # a suite run as a background job inherits SIGINT ignored, and bash cannot
+    # trap a signal ignored on entry: give the script the terminal's default
     proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "venv.sh"), str(d)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=clean_env(BASE_PYTHON=str(base)))
+                            env=clean_env(BASE_PYTHON=str(base)),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not (d / "bin" / "python").exists() and proc.poll() is None and time.monotonic() < deadline:
