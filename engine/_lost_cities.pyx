@@ -58,16 +58,19 @@ cdef inline void _refresh_playable(const LCConfig* cfg, LCState* s, int p, int c
                             | cfg.playable_mask[c][s.top[p][c]][w])
 
 
+cdef inline int _colour_score(const LCConfig* cfg, int value_sum, int count, int wagers) noexcept nogil:
+    """Score of one expedition of `count` cards summing to `value_sum` with `wagers` wagers."""
+    if count == 0:
+        return 0
+    return ((value_sum - cfg.expedition_cost) * (1 + wagers)
+            + (cfg.bonus_amount if count >= cfg.bonus_threshold else 0))
+
+
 cdef int lc_score(const LCConfig* cfg, const LCState* s, int player) noexcept nogil:
     """Score of `player`'s expeditions as they stand."""
-    cdef int c, total = 0, n
+    cdef int c, total = 0
     for c in range(cfg.colours):
-        n = s.count[player][c]
-        if n == 0:
-            continue
-        total += (s.value_sum[player][c] - cfg.expedition_cost) * (1 + s.wagers_played[player][c])
-        if n >= cfg.bonus_threshold:
-            total += cfg.bonus_amount
+        total += _colour_score(cfg, s.value_sum[player][c], s.count[player][c], s.wagers_played[player][c])
     return total
 
 
@@ -341,13 +344,6 @@ FEATURE_SEGMENTS = (
 # the turn entry saturates at 255 (only games without a turn cap get there),
 # and so do the derived segments (never reached with the published cards).
 # Networks rescale the entries with input_scale().
-
-
-cdef inline int _colour_score(const LCConfig* cfg, int value_sum, int count, int wagers) noexcept nogil:
-    if count == 0:
-        return 0
-    return ((value_sum - cfg.expedition_cost) * (1 + wagers)
-            + (cfg.bonus_amount if count >= cfg.bonus_threshold else 0))
 
 
 cdef inline float _sat(int x) noexcept nogil:
@@ -827,8 +823,7 @@ cdef class LostCitiesGame(Game):
 
     def _max_score(self):
         # every card of every colour on one side: an upper bound on |score diff|
-        per_colour = sum(self.cfg.lowest_value + i for i in range(self.cfg.ranks))
-        best = (per_colour + self.cfg.expedition_cost) * (1 + self.cfg.wagers) + self.cfg.bonus_amount
+        best = (self.cfg.max_colour_sum + self.cfg.expedition_cost) * (1 + self.cfg.wagers) + self.cfg.bonus_amount
         return float(self.cfg.colours * best)
 
     cdef State _make_state(self):
