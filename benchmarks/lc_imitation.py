@@ -45,8 +45,9 @@ class _Rows:
 def imitate(features, args):
     game = engine.load_game("lost_cities", max_turns=200, features=features)
     t0 = time.perf_counter()
-    _, train = heuristic_rows(game, args.games, seed=1_000_003, advantage=0.2)
-    _, test = heuristic_rows(game, args.test_games, seed=9_000_017, advantage=0.2)
+    teacher = dict(worlds=args.worlds, explore=args.explore)
+    _, train = heuristic_rows(game, args.games, seed=1_000_003, advantage=0.2, **teacher)
+    _, test = heuristic_rows(game, args.test_games, seed=9_000_017, advantage=0.2, **teacher)
     t_rows = time.perf_counter() - t0
     torch.manual_seed(args.seed)
     net = net_for_game(game, hidden=tuple(args.hidden), seed=args.seed)
@@ -57,7 +58,7 @@ def imitate(features, args):
     t_train = time.perf_counter() - t0
     probs = policy_probs(net, test["info"].astype(np.float32), test["mask"])
     agree = float((probs.argmax(1) == test["target"].argmax(1)).mean())
-    out = {"features": features, "tensor_size": game.information_state_tensor_size(),
+    out = {"features": features, "worlds": args.worlds, "explore": args.explore, "tensor_size": game.information_state_tensor_size(),
            "train_rows": int(train["weight"].size), "test_rows": int(test["weight"].size),
            "train_loss": loss, "agreement": agree, "rows_s": round(t_rows, 1), "train_s": round(t_train, 1)}
     for opponent in ("heuristic", "random"):
@@ -73,6 +74,10 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--games", type=int, default=2000, help="heuristic self-play games to learn from")
     ap.add_argument("--test-games", type=int, default=200, help="other games whose decisions are scored")
+    ap.add_argument("--worlds", type=int, default=0,
+                    help="label with a one-step lookahead over this many worlds (0: the heuristic's move)")
+    ap.add_argument("--explore", type=float, default=0.0,
+                    help="share of random moves in the labelled games (trainer.warmstart.heuristic_rows)")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--lr", type=float, default=1e-3)

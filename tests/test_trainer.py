@@ -336,6 +336,43 @@ def test_warm_start_rows_are_the_heuristics_decisions():
         heuristic_rows(engine.load_game("kuhn_poker"), 1, 0, 0.05)
 
 
+def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves():
+    import engine
+    from trainer.search import SearchPlayer
+    from trainer.warmstart import heuristic_rows
+    game = engine.load_game("lost_cities", colours=3, ranks=5, hand_size=4, max_turns=200)
+    # worlds K: each decision is labelled with, and played as, the K-world lookahead's move
+    adv, strat = heuristic_rows(game, 2, seed=5, advantage=0.1, worlds=8)
+    teacher = SearchPlayer(game, worlds=8, seed=5)
+    want, differs = [], 0
+    for g in range(2):
+        state = game.new_initial_state(seed=5 + g)
+        while not state.is_terminal():
+            a = teacher.step(state)
+            want.append((state.current_player(), state.information_state_tensor(), a))
+            differs += a != game.heuristic_action(state)
+            state.apply_action(a)
+    assert len(strat["weight"]) == len(want) and differs > 0      # it is not the heuristic
+    want = [w for p in (0, 1) for w in want if w[0] == p]          # rows come player 0's first
+    for i, (_, info, a) in enumerate(want):
+        assert np.array_equal(strat["info"][i], info) and strat["target"][i].argmax() == a
+    # explore: some moves are random, so the games leave the heuristic's path; labels stay legal
+    plain = heuristic_rows(game, 6, seed=9, advantage=0.1)[1]
+    adv, strat = heuristic_rows(game, 6, seed=9, advantage=0.1, explore=0.3)
+    again = heuristic_rows(game, 6, seed=9, advantage=0.1, explore=0.3)[1]
+    assert all(np.array_equal(strat[k], again[k]) for k in strat)                 # deterministic
+    seen = {row.tobytes() for row in plain["info"]}
+    assert sum(row.tobytes() not in seen for row in strat["info"]) > len(strat["info"]) // 4
+    labels = strat["target"].argmax(axis=1)
+    assert (strat["mask"][np.arange(len(labels)), labels] == 1).all()
+    for bad in ({"worlds": -1}, {"explore": 1.0}, {"explore": -0.1}):
+        with pytest.raises(ValueError, match="worlds must be >= 0 and explore in"):
+            heuristic_rows(game, 1, 0, 0.1, **bad)
+    for key, value in (("train.warm_start_worlds", "-2"), ("train.warm_start_explore", "1.5")):
+        with pytest.raises(ConfigError, match=f"{key}: bad value"):
+            load_config(ROOT / "configs" / "smoke.yaml", [f"{key}={value}"])
+
+
 def test_warm_started_run_starts_from_the_heuristic(tmp_path):
     run_dir = tmp_path / "run"
     r = run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), "--set", "train.iterations=1",
@@ -343,7 +380,8 @@ def test_warm_started_run_starts_from_the_heuristic(tmp_path):
                      "--set", "network.hidden=[16]", "--set", "eval.lc_games=2", "--set", "run.progress=false",
                      "--set", "train.warm_start_games=4", "--set", "train.warm_start_steps=3"])
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "warm start: " in r.stdout and "heuristic decisions from 4 games, 3 steps per net" in r.stdout
+    assert "warm start: " in r.stdout and " decisions from 4 games, 3 steps per net" in r.stdout
+    assert "labelled by the heuristic" in r.stdout
     # the smoke config's game sees the derived segments: rows, wire and nets are all that wide
     import engine
     wide = engine.load_game("lost_cities", max_turns=200, features=1).information_state_tensor_size()
@@ -364,7 +402,7 @@ def test_warm_started_run_starts_from_the_heuristic(tmp_path):
     assert m["adv_memory_0"] == m["samples_adv_0"]
     r = run_trainer(["--resume", str(run2), "--set", "train.iterations=2", "--set", "run.progress=false"])
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "warm-start prior: 4 heuristic games, share 0.5" in r.stdout
+    assert "warm-start prior: 4 games labelled by the heuristic, share 0.5" in r.stdout
     with pytest.raises(ConfigError, match="warm_start_share: bad value 1.0"):
         load_config(ROOT / "configs" / "smoke.yaml", ["train.warm_start_share=1.0"])
     with pytest.raises(ConfigError, match="warm_start_games: kuhn_poker has no rule-based policy"):

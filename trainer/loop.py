@@ -188,8 +188,17 @@ class Trainer:
         from trainer.warmstart import PriorMix, heuristic_rows
         tr = self.cfg.train
         t0 = time.monotonic()
+        teacher = (f"a {tr.warm_start_worlds}-world lookahead" if tr.warm_start_worlds else "the heuristic") \
+            + (f", {tr.warm_start_explore:g} random moves" if tr.warm_start_explore else "")
+        bar = self._bar(total=tr.warm_start_games, desc=f"warm start ({teacher})", unit="game")
         adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=(self.cfg.run.seed + 1) * 1000003,
-                                    advantage=tr.warm_start_advantage)
+                                    advantage=tr.warm_start_advantage, worlds=tr.warm_start_worlds,
+                                    explore=tr.warm_start_explore,
+                                    progress=None if bar is None else lambda n: bar.update(1))
+        if bar is not None:
+            bar.close()
+        self.log(f"warm-start rows: {len(strat['weight'])} decisions of {tr.warm_start_games} games labelled by "
+                 f"{teacher} in {time.monotonic() - t0:.0f} s")
         if tr.warm_start_share > 0:
             self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
             memories = {f"adv{p}": PriorMix(self.adv_mem[p], adv[p], tr.warm_start_share) for p in (0, 1)}
@@ -202,13 +211,13 @@ class Trainer:
             self.strat_mem.add(strat)
             memories = {"adv0": self.adv_mem[0], "adv1": self.adv_mem[1], "strategy": self.strat_mem}
         if not pretrain:
-            self.log(f"warm-start prior: {tr.warm_start_games} heuristic games, share {tr.warm_start_share:g}")
+            self.log(f"warm-start prior: {tr.warm_start_games} games labelled by {teacher}, share {tr.warm_start_share:g}")
             return
         losses = [train_net(self.nets[name], memories[name], tr.warm_start_steps, tr.batch_size,
                             self.optimizers[name], self.device, self.np_rng,
                             strategy_loss if name == "strategy" else advantage_loss, tr.grad_clip)
                   for name in ("adv0", "adv1", "strategy")]
-        self.log(f"warm start: {len(adv[0]['weight']) + len(adv[1]['weight'])} heuristic decisions from "
+        self.log(f"warm start: {len(adv[0]['weight']) + len(adv[1]['weight'])} decisions from "
                  f"{tr.warm_start_games} games, {tr.warm_start_steps} steps per net "
                  f"(losses {', '.join(f'{x:.4g}' for x in losses)}) in {time.monotonic() - t0:.0f} s"
                  + (f"; kept as {tr.warm_start_share:g} of every batch" if tr.warm_start_share > 0 else ""))

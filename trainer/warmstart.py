@@ -18,12 +18,30 @@ treats it as the opponent.
 import numpy as np
 
 
-def heuristic_rows(game, games, seed, advantage):
-    """({player: advantage rows}, strategy rows) of `games` heuristic
-    self-play games from deals seed, seed + 1, ... Rows are dicts of
-    info (uint8), target (float32), mask (uint8) and weight (float32, all 1)."""
+def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress=None):
+    """({player: advantage rows}, strategy rows) of `games` self-play games
+    from deals seed, seed + 1, ... Rows are dicts of info (uint8), target
+    (float32), mask (uint8) and weight (float32, all 1).
+
+    worlds 0: every decision is labelled with the heuristic's move, and the
+    heuristic plays it. worlds K > 0 (Lost Cities): labelled with the move of
+    a one-step lookahead over K redealt worlds with heuristic playouts
+    (trainer.search.SearchPlayer, the race schedule), the regret target of a
+    depth-1 cutoff averaged over K worlds instead of one; the lookahead plays
+    it, so the rows follow the improved policy's own games. explore: the
+    share of moves played uniformly at random instead (still labelled with
+    the teacher's move), so the rows also cover states off the teacher's
+    path. progress: called
+    with the number of games done."""
     if not hasattr(game, "heuristic_action"):
         raise ValueError(f"{game.name} has no rule-based policy to warm-start from")
+    if worlds < 0 or not 0.0 <= explore < 1.0:
+        raise ValueError(f"worlds must be >= 0 and explore in [0, 1), got {worlds} and {explore}")
+    teacher = None
+    if worlds > 0:
+        from trainer.search import SearchPlayer
+        teacher = SearchPlayer(game, worlds=worlds, seed=seed)
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0x7EAC])
     T, A = game.information_state_tensor_size(), game.num_distinct_actions()
     info = {0: [], 1: []}
     mask = {0: [], 1: []}
@@ -32,11 +50,16 @@ def heuristic_rows(game, games, seed, advantage):
         state = game.new_initial_state(seed=seed + g)
         while not state.is_terminal():
             p = state.current_player()
-            a = game.heuristic_action(state)
+            m = state.legal_actions_mask()
+            a = game.heuristic_action(state) if teacher is None else teacher.step(state)
             info[p].append(state.information_state_tensor(p))
-            mask[p].append(state.legal_actions_mask())
+            mask[p].append(m)
             act[p].append(a)
+            if explore > 0 and rng.random() < explore:
+                a = int(rng.choice(np.flatnonzero(m)))
             state.apply_action(a)
+        if progress is not None:
+            progress(g + 1)
     adv = {}
     strat = []
     for p in (0, 1):
