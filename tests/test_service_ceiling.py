@@ -314,6 +314,8 @@ def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None, adv_d
     (KUHN, dict(), 5),
     (LEDUC, dict(algorithm="outcome", epsilon=0.6), 11),
     (LC, LC_CFG, 13),
+    # deeper than the 16 depths whose query rows a machine keeps for its samples: those encode again
+    (LC, dict(LC_CFG, algorithm="outcome", epsilon=0.6, max_depth=24, prefix_max=0, rollouts=0), 7),
 ])
 def test_wire_layout_rows_and_samples_equal_the_plain_layout(game, cfg, machines):
     rounds, u8_rounds, _ = _lockstep(game, TraverserConfig(**cfg), machines, 40)

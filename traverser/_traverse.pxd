@@ -66,6 +66,7 @@ cdef struct Frame:
     int next_child              # external sampling, traverser node: next child to expand
     int chosen                  # index into legal of the sampled action
     double reach                # outcome sampling: product of the traverser's sampling probs above
+    int info_cached             # wire layout: this node's query row is kept in its machine's info_u8
 
 cdef struct Machine:
     int status                  # M_* above
@@ -84,3 +85,5 @@ cdef struct Machine:
     double* sigma               # [max_depth + 1, max_legal]: current policy at each frame
     double* values              # [max_depth + 1, max_legal]: child values (external sampling)
     char* undo                  # [max_depth + 1, undo_size]
+    uint8_t* info_u8            # wire layout: [info_depths, tensor_size] uint8 query rows of the nodes
+                                # prefix .. prefix + info_depths - 1, reused by their samples

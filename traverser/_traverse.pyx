@@ -23,7 +23,10 @@ message with no gather. Each row is encoded into a small hot scratch row and
 stored as uint8 (a quarter of float32 on the wire, and a quarter of the cache
 lines written) while every value is an exact uint8; the first value that is
 not switches the group to float32 rows for good (rows already written this
-round are widened in place). With adv_dtype="float16" the answers come back
+round are widened in place). A query row past the root prefix (a node that
+will write a sample) is also kept in its machine's info_u8 slot for its depth,
+and the node's sample takes its info row from there instead of encoding the
+state a second time. With adv_dtype="float16" the answers come back
 as IEEE half floats into advantages_f16 (half the bytes of float32 on the
 wire); resume() reads the legal actions' entries from there, converting in C.
 
@@ -110,6 +113,14 @@ cdef extern from *:
         }
         return bad == 0;
     }
+    /* dst = src widened to float (exact). restrict: a uint8 pointer may alias
+       anything, and without it the loop is not vectorized. */
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    __attribute__((target_clones("avx2", "default")))
+    #endif
+    static void traverse_widen_u8(const unsigned char* restrict src, float* restrict dst, int n) {
+        for (int i = 0; i < n; i++) dst[i] = (float)src[i];
+    }
     /* IEEE half (bits) -> float, exact for every value including subnormals,
        infinities and NaN: the exponent and mantissa shifted into place and
        rebiased by a multiply by 2^112 (F. Giesen's half_to_float_fast2). */
@@ -125,6 +136,7 @@ cdef extern from *:
     void* traverse_arena_alloc(size_t n) nogil
     float traverse_half_to_float(uint16_t h) noexcept nogil
     bint traverse_pack_u8(const float* src, uint8_t* dst, int n, float hi) noexcept nogil
+    void traverse_widen_u8(const uint8_t* src, float* dst, int n) noexcept nogil
 
 
 cdef enum:
@@ -168,6 +180,7 @@ cdef struct Core:
     char* rollout_undo          # [undo_size]
     int* rollout_legal          # [max_legal]
     float* scratch_row          # [tensor_size]: one row as encoded, before packing
+    int info_depths             # wire layout: depths past the prefix whose query rows each machine keeps
     # traversal queue (numpy-owned)
     int64_t* queue_ids
     int8_t* queue_traverser
@@ -285,6 +298,7 @@ cdef bint _load_next(Core* c, Machine* m) noexcept nogil:
     m.opp_nodes = 0
     m.ret = 0.0
     m.frames[0].stage = ST_ENTER
+    m.frames[0].info_cached = 0
     m.frames[0].reach = 1.0
     m.status = M_RUNNABLE
     return True
@@ -303,7 +317,12 @@ cdef void _write_common(Core* c, SampleBuf* b, int64_t row, Machine* m, Frame* f
     cdef int i
     cdef float* t = b.target + row * c.num_actions
     cdef uint8_t* mk = b.mask + row * c.num_actions
-    c.gd.info_state(c.gd.cfg, m.state, f.player, b.info + row * c.tensor_size)
+    cdef float* info = b.info + row * c.tensor_size
+    if f.info_cached:
+        # the node's own query row (wire layout, uint8): the same info state, not encoded again
+        traverse_widen_u8(m.info_u8 + <size_t>(m.depth - m.prefix) * c.tensor_size, info, c.tensor_size)
+    else:
+        c.gd.info_state(c.gd.cfg, m.state, f.player, info)
     memset(t, 0, c.num_actions * sizeof(float))
     memset(mk, 0, c.num_actions)
     for i in range(f.n_legal):
@@ -330,19 +349,15 @@ cdef inline bint _pack_u8(const float* src, uint8_t* dst, int n, float hi) noexc
 
 cdef void _widen_rows(Core* c, int lo, int hi) noexcept nogil:
     """float rows [lo, hi) from their uint8 copies (exact by construction)."""
-    cdef int r, i
-    cdef const uint8_t* src
-    cdef float* dst
+    cdef int r
     for r in range(lo, hi):
-        src = c.requests_u8 + <size_t>r * c.tensor_size
-        dst = c.requests + <size_t>r * c.tensor_size
-        for i in range(c.tensor_size):
-            dst[i] = src[i]
+        traverse_widen_u8(c.requests_u8 + <size_t>r * c.tensor_size, c.requests + <size_t>r * c.tensor_size,
+                          c.tensor_size)
 
 
 cdef int _wire_row(Core* c, Machine* m, int player) noexcept nogil:
     """Encode m's info state for `player` into its wire slot; returns the row."""
-    cdef int row
+    cdef int row, k
     cdef float* dst
     if player == 0:
         row = c.n_front
@@ -356,6 +371,12 @@ cdef int _wire_row(Core* c, Machine* m, int player) noexcept nogil:
         return row
     c.gd.info_state(c.gd.cfg, m.state, player, c.scratch_row)
     if _pack_u8(c.scratch_row, c.requests_u8 + <size_t>row * c.tensor_size, c.tensor_size, c.wire_u8_max):
+        k = m.depth - m.prefix
+        if 0 <= k < c.info_depths:
+            # kept for this node's sample (written after the answer, or after its children)
+            memcpy(m.info_u8 + <size_t>k * c.tensor_size, c.requests_u8 + <size_t>row * c.tensor_size,
+                   c.tensor_size)
+            m.frames[m.depth].info_cached = 1
         return row
     # this game's rows are not all uint8: float32 rows from now on
     c.wire_u8 = 0
@@ -369,6 +390,7 @@ cdef inline void _descend(Core* c, Machine* m, int action, double reach) noexcep
     """Apply `action` at the current frame (undo record kept there) and enter the child."""
     cdef Frame* child = &m.frames[m.depth + 1]
     child.stage = ST_ENTER
+    child.info_cached = 0
     child.reach = reach
     c.gd.apply_action(c.gd.cfg, m.state, action, m.undo + m.depth * c.gd.undo_size)
     m.depth += 1
@@ -659,11 +681,15 @@ cdef class MachineGroup:
         self._set_params(config)
         c.stack_depth = c.params.prefix_max + c.params.max_depth
         D = c.stack_depth + 1
+        # query rows kept for the samples: the depths below the traversal root that write them
+        # (all of a depth-limited traversal's; the first 16 otherwise, deeper nodes encode again)
+        c.info_depths = (min(c.params.max_depth, 16) if c.params.max_depth > 0 else 16) if wire else 0
         L = c.max_legal
         # one arena for every machine: structs, frames, legal/sigma/values rows, undo, states
         per_machine = (sizeof(Frame) * D + sizeof(int) * D * L + 2 * sizeof(double) * D * L
-                       + <size_t>c.gd.undo_size * D + <size_t>c.gd.state_size)
-        per_machine = (per_machine + 6 * 8 + 63) & ~(<size_t>63)      # room for the 8-byte alignment
+                       + <size_t>c.gd.undo_size * D + <size_t>c.gd.state_size
+                       + <size_t>c.info_depths * c.tensor_size)
+        per_machine = (per_machine + 7 * 8 + 63) & ~(<size_t>63)      # room for the 8-byte alignment
         # the group's rollout scratch (state, undo record, legal row) follows the Machine structs
         shared = _align8(c.gd.state_size) + _align8(c.gd.undo_size) + sizeof(int) * L
         self._arena = <char*>traverse_arena_alloc(sizeof(Machine) * n_machines + shared + per_machine * n_machines
@@ -684,7 +710,8 @@ cdef class MachineGroup:
             m.values = <double*>(self._arena + off); off = _align8(off + sizeof(double) * D * L)
             m.legal = <int*>(self._arena + off); off = _align8(off + sizeof(int) * D * L)
             m.state = self._arena + off; off = _align8(off + c.gd.state_size)
-            m.undo = self._arena + off; off += c.gd.undo_size * D
+            m.undo = self._arena + off; off = _align8(off + c.gd.undo_size * D)
+            m.info_u8 = <uint8_t*>(self._arena + off); off += <size_t>c.info_depths * c.tensor_size
             off = (off + 63) & ~(<size_t>63)
             m.status = M_DONE
         self.requests = np.zeros((n_machines, c.tensor_size), np.float32)
