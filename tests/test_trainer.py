@@ -343,9 +343,10 @@ def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves():
     game = engine.load_game("lost_cities", colours=3, ranks=5, hand_size=4, max_turns=200)
     # worlds K: each decision is labelled with, and played as, the K-world lookahead's move
     adv, strat = heuristic_rows(game, 2, seed=5, advantage=0.1, worlds=8)
-    teacher = SearchPlayer(game, worlds=8, seed=5)
+    teacher = SearchPlayer(game, worlds=8)
     want, differs = [], 0
     for g in range(2):
+        teacher.rng = np.random.default_rng([5 + g, 0x5EA2C4])       # each game's draws are its deal's
         state = game.new_initial_state(seed=5 + g)
         while not state.is_terminal():
             a = teacher.step(state)
@@ -361,6 +362,10 @@ def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves():
     adv, strat = heuristic_rows(game, 6, seed=9, advantage=0.1, explore=0.3)
     again = heuristic_rows(game, 6, seed=9, advantage=0.1, explore=0.3)[1]
     assert all(np.array_equal(strat[k], again[k]) for k in strat)                 # deterministic
+    split = heuristic_rows(game, 6, seed=9, advantage=0.1, explore=0.3, worlds=4, procs=2)
+    whole = heuristic_rows(game, 6, seed=9, advantage=0.1, explore=0.3, worlds=4)
+    for a, b in ((split[1], whole[1]), (split[0][0], whole[0][0]), (split[0][1], whole[0][1])):
+        assert all(np.array_equal(a[k], b[k]) for k in a)                       # processes change nothing
     seen = {row.tobytes() for row in plain["info"]}
     assert sum(row.tobytes() not in seen for row in strat["info"]) > len(strat["info"]) // 4
     labels = strat["target"].argmax(axis=1)
@@ -368,7 +373,10 @@ def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves():
     for bad in ({"worlds": -1}, {"explore": 1.0}, {"explore": -0.1}):
         with pytest.raises(ValueError, match="worlds must be >= 0 and explore in"):
             heuristic_rows(game, 1, 0, 0.1, **bad)
-    for key, value in (("train.warm_start_worlds", "-2"), ("train.warm_start_explore", "1.5")):
+    with pytest.raises(ValueError, match="procs must be >= 1"):
+        heuristic_rows(game, 1, 0, 0.1, procs=0)
+    for key, value in (("train.warm_start_worlds", "-2"), ("train.warm_start_explore", "1.5"),
+                       ("train.warm_start_procs", "-1")):
         with pytest.raises(ConfigError, match=f"{key}: bad value"):
             load_config(ROOT / "configs" / "smoke.yaml", [f"{key}={value}"])
 

@@ -75,6 +75,8 @@ class TrainSection:
     """0: label each warm-start decision with the heuristic's move. K > 0: with the move of a one-step lookahead over K redealt worlds with heuristic playouts (a depth-1 cutoff's regret averaged over K worlds; trainer.search), which also plays the warm-start games. Costs about 2.6 ms a decision at 64 worlds."""
     warm_start_explore: float = 0.0
     """Share of warm-start moves played uniformly at random (still labelled with the teacher's move), so the prior also covers states off the teacher's path."""
+    warm_start_procs: int = 1
+    """Processes that play the warm-start games (0: one per CPU core). The rows do not depend on it."""
     warm_start_share: float = 0.0
     """0: the warm-start rows sit in the memories and fade as linear CFR's weights grow. In (0, 1): they stay apart and make up this share of every advantage and strategy batch for the whole run (a lasting prior)."""
 
@@ -305,6 +307,7 @@ def validate(cfg):
         ("train.warm_start_share", 0.0 <= cfg.train.warm_start_share < 1.0),
         ("train.warm_start_worlds", cfg.train.warm_start_worlds >= 0),
         ("train.warm_start_explore", 0.0 <= cfg.train.warm_start_explore < 1.0),
+        ("train.warm_start_procs", cfg.train.warm_start_procs >= 0),
         ("eval.every", cfg.eval.every >= 0),
         ("eval.lc_games", cfg.eval.lc_games >= 0),
         ("eval.opponents", all(o in ("random", "heuristic") for o in cfg.eval.opponents)),

@@ -193,8 +193,8 @@ class Trainer:
         bar = self._bar(total=tr.warm_start_games, desc=f"warm start ({teacher})", unit="game")
         adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=(self.cfg.run.seed + 1) * 1000003,
                                     advantage=tr.warm_start_advantage, worlds=tr.warm_start_worlds,
-                                    explore=tr.warm_start_explore,
-                                    progress=None if bar is None else lambda n: bar.update(1))
+                                    explore=tr.warm_start_explore, procs=tr.warm_start_procs or os.cpu_count() or 1,
+                                    progress=None if bar is None else bar.update)
         if bar is not None:
             bar.close()
         self.log(f"warm-start rows: {len(strat['weight'])} decisions of {tr.warm_start_games} games labelled by "

@@ -18,7 +18,53 @@ treats it as the opponent.
 import numpy as np
 
 
-def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress=None):
+def _play(name, params, seeds, worlds, explore, progress=None):
+    """Self-play of the deals `seeds`: {player: (info uint8 [n, T], mask
+    uint8 [n, A], label int64 [n])}. Each game's teacher and exploration
+    draws are seeded by its deal alone, so any split of the deals over
+    processes gives the same rows."""
+    import engine
+    game = engine.load_game(name, **params)
+    teacher = None
+    if worlds > 0:
+        from trainer.search import SearchPlayer
+        teacher = SearchPlayer(game, worlds=worlds)
+    T, A = game.information_state_tensor_size(), game.num_distinct_actions()
+    info, mask, act = {0: [], 1: []}, {0: [], 1: []}, {0: [], 1: []}
+    for seed in seeds:
+        key = int(seed) & 0xFFFFFFFFFFFF
+        if teacher is not None:
+            teacher.rng = np.random.default_rng([key, 0x5EA2C4])
+        rng = np.random.default_rng([key, 0x7EAC])
+        state = game.new_initial_state(seed=seed)
+        while not state.is_terminal():
+            p = state.current_player()
+            m = state.legal_actions_mask()
+            a = game.heuristic_action(state) if teacher is None else teacher.step(state)
+            info[p].append(state.information_state_tensor(p))
+            mask[p].append(m)
+            act[p].append(a)
+            if explore > 0 and rng.random() < explore:
+                a = int(rng.choice(np.flatnonzero(m)))
+            state.apply_action(a)
+        if progress is not None:
+            progress(1)
+    out = {}
+    for p in (0, 1):
+        n = len(act[p])
+        i = np.asarray(info[p], dtype=np.float32).reshape(n, T)
+        u = i.astype(np.uint8)
+        if not np.array_equal(u, i):
+            raise ValueError("warm start: an info-state entry is not an exact uint8")
+        out[p] = (u, np.asarray(mask[p], dtype=np.uint8).reshape(n, A), np.asarray(act[p], dtype=np.int64))
+    return out
+
+
+def _play_chunk(args):
+    return _play(*args)
+
+
+def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress=None, procs=1):
     """({player: advantage rows}, strategy rows) of `games` self-play games
     from deals seed, seed + 1, ... Rows are dicts of info (uint8), target
     (float32), mask (uint8) and weight (float32, all 1).
@@ -31,47 +77,43 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     it, so the rows follow the improved policy's own games. explore: the
     share of moves played uniformly at random instead (still labelled with
     the teacher's move), so the rows also cover states off the teacher's
-    path. progress: called
-    with the number of games done."""
+    path. procs > 1: the games are shared out over that many processes (the
+    rows do not depend on it). progress: called with the number of games
+    just finished."""
     if not hasattr(game, "heuristic_action"):
         raise ValueError(f"{game.name} has no rule-based policy to warm-start from")
     if worlds < 0 or not 0.0 <= explore < 1.0:
         raise ValueError(f"worlds must be >= 0 and explore in [0, 1), got {worlds} and {explore}")
-    teacher = None
-    if worlds > 0:
-        from trainer.search import SearchPlayer
-        teacher = SearchPlayer(game, worlds=worlds, seed=seed)
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0x7EAC])
-    T, A = game.information_state_tensor_size(), game.num_distinct_actions()
-    info = {0: [], 1: []}
-    mask = {0: [], 1: []}
-    act = {0: [], 1: []}
-    for g in range(games):
-        state = game.new_initial_state(seed=seed + g)
-        while not state.is_terminal():
-            p = state.current_player()
-            m = state.legal_actions_mask()
-            a = game.heuristic_action(state) if teacher is None else teacher.step(state)
-            info[p].append(state.information_state_tensor(p))
-            mask[p].append(m)
-            act[p].append(a)
-            if explore > 0 and rng.random() < explore:
-                a = int(rng.choice(np.flatnonzero(m)))
-            state.apply_action(a)
-        if progress is not None:
-            progress(g + 1)
+    if procs < 1:
+        raise ValueError(f"procs must be >= 1, got {procs}")
+    seeds = list(range(seed, seed + games))
+    params = dict(game.params)
+    if procs == 1 or games < 2:
+        parts = [_play(game.name, params, seeds, worlds, explore, progress)]
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+        size = max(1, min(25, games // procs))
+        chunks = [seeds[i:i + size] for i in range(0, games, size)]
+        parts = []
+        # spawn: the trainer holds torch's threads, which a fork would copy in a bad state
+        with ProcessPoolExecutor(procs, mp_context=mp.get_context("spawn")) as pool:
+            for chunk, part in zip(chunks, pool.map(_play_chunk, [(game.name, params, c, worlds, explore)
+                                                                 for c in chunks])):
+                parts.append(part)
+                if progress is not None:
+                    progress(len(chunk))
     adv = {}
     strat = []
     for p in (0, 1):
-        n = len(act[p])
-        i = np.asarray(info[p], dtype=np.float32).reshape(n, T)
-        m = np.asarray(mask[p], dtype=np.uint8).reshape(n, A)
-        onehot = np.zeros((n, A), np.float32)
-        onehot[np.arange(n), act[p]] = 1.0
+        info = np.concatenate([part[p][0] for part in parts])
+        m = np.concatenate([part[p][1] for part in parts])
+        act = np.concatenate([part[p][2] for part in parts])
+        n = len(act)
+        onehot = np.zeros((n, m.shape[1]), np.float32)
+        onehot[np.arange(n), act] = 1.0
         target = np.where(m > 0, np.where(onehot > 0, advantage, -advantage), 0.0).astype(np.float32)
-        rows = {"info": i.astype(np.uint8), "mask": m, "weight": np.ones(n, np.float32)}
-        if not np.array_equal(rows["info"], i):
-            raise ValueError("warm start: an info-state entry is not an exact uint8")
+        rows = {"info": info, "mask": m, "weight": np.ones(n, np.float32)}
         adv[p] = {**rows, "target": target}
         strat.append({**rows, "target": onehot})
     strategy = {k: np.concatenate([s[k] for s in strat]) for k in strat[0]}
