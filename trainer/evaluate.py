@@ -312,7 +312,7 @@ def build_parser():
     ap = argparse.ArgumentParser(
         prog="python -m trainer.evaluate",
         description="Evaluate a read-out of a Deep CFR checkpoint: exact exploitability for poker; "
-                    "duplicate-deal matches with 95%% intervals for Lost Cities.")
+                    "duplicate-deal matches with 95% intervals for Lost Cities.")
     ap.add_argument("checkpoint", help="checkpoint file or run directory (its latest checkpoint)")
     ap.add_argument("--policy", default="auto",
                     help="read-out: average (the strategy net), current (the advantage nets' regret "

@@ -352,7 +352,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m trainer.search",
         description="The search player without a net (heuristic or random playouts) against HeuristicBot "
-                    "on duplicate deals: win rate and margin with 95%% intervals, and time per decision.")
+                    "on duplicate deals: win rate and margin with 95% intervals, and time per decision.")
     ap.add_argument("--worlds", type=int, nargs="+", default=[64], help="worlds per decision (several: a table)")
     ap.add_argument("--playout", choices=["heuristic", "random"], default="heuristic")
     ap.add_argument("--no-halving", action="store_true", help="spend every world on every candidate")
