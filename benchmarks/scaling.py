@@ -9,8 +9,9 @@ a --window-s window; only nodes finished inside the window count. Per point:
 nodes/s, the batcher's rows/s, mean batch, busy fraction (forward time /
 window), CPU use (process CPU time / window) and CPU time per row, each
 worker's CPU use, and what limits the point. Other axes: --machines (per
-group), --groups, --threads (per worker), --max-batch. Writes OUT.json,
-OUT.csv and OUT.png.
+group), --groups, --threads (per worker), --max-batch. The batcher listens on
+an ipc:// endpoint (a Unix socket, as the trainer's local workers use) or,
+with --transport tcp, on 127.0.0.1. Writes OUT.json, OUT.csv and OUT.png.
 
 `--ceiling` measures the service's own ceiling instead (one worker, null
 forward, batcher and worker pinned to one core each where there are two):
@@ -32,8 +33,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from batcher.bench import free_port, spawn_batcher
+from batcher.bench import spawn_batcher
 from batcher.client import BatcherClient
+from trainer.launcher import local_endpoint, remove_local_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "lost_cities.yaml"
@@ -111,8 +113,9 @@ def _pinned(cpu):
     return lambda: os.sched_setaffinity(0, {cpu})
 
 
-def start_batcher(device, hidden, max_batch, torch_threads, null_forward=False, max_wait_us=None, cpu=None):
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
+def start_batcher(device, hidden, max_batch, torch_threads, null_forward=False, max_wait_us=None, cpu=None,
+                  transport="tcp"):
+    endpoint = local_endpoint(transport)
     cmd = [sys.executable, "-m", "batcher", "--bind", endpoint, "--device", device, "--init-game", "lost_cities",
            "--hidden", *map(str, hidden), "--max-batch", str(max_batch), "--log-interval", "0",
            "--torch-threads", str(torch_threads)]
@@ -225,7 +228,7 @@ def limit_of(point, cores):
 
 def run_point(args, n_workers, cpus=(None, None)):
     proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.batcher_threads,
-                                   args.null_forward, args.max_wait_us, cpu=cpus[0])
+                                   args.null_forward, args.max_wait_us, cpu=cpus[0], transport=args.transport)
     workers = []
     try:
         workers = [Worker(endpoint, args.groups, args.machines, args.threads, cpu=cpus[1], adv_dtype=args.adv_dtype)
@@ -249,6 +252,7 @@ def run_point(args, n_workers, cpus=(None, None)):
                 w.proc.kill()
         proc.terminate()
         proc.wait(timeout=10)
+        remove_local_endpoint(endpoint)
     nodes = sum(d["nodes"] for d in deltas)
     point = {"workers": n_workers, "nodes_per_s": summed_rate(deltas), "window_nodes": nodes,
              "window_s": t1 - t0, "queries_per_node": sum(d["queries"] for d in deltas) / max(nodes, 1),
@@ -309,7 +313,7 @@ def saturated_batcher(args, cpus):
     game_cfg, _ = load_config()
     rows = sample_rows(engine.load_game(game_cfg["name"], **(game_cfg.get("params") or {})), args.load_rows)
     proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.batcher_threads, True,
-                                   args.max_wait_us, cpu=cpus[0])
+                                   args.max_wait_us, cpu=cpus[0], transport=args.transport)
     try:
         ctx = mp.get_context("spawn")
         result = ctx.Queue()
@@ -325,8 +329,15 @@ def saturated_batcher(args, cpus):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        remove_local_endpoint(endpoint)
     return {"rows_per_message": 2 * args.load_rows, "in_flight": args.load_in_flight, "adv_dtype": args.adv_dtype,
             **batcher_window(s0, s1, t1 - t0)}
+
+
+def endpoint_transport(transport):
+    """The transport local_endpoint(transport) really uses here."""
+    import zmq
+    return "ipc" if transport == "ipc" and zmq.has("ipc") else "tcp"
 
 
 def ceiling(args):
@@ -341,7 +352,8 @@ def ceiling(args):
                "nodes_per_cpu_s": (uni["nodes_per_cpu_s"] + uni2["nodes_per_cpu_s"]) / 2,
                "runs": [uni, uni2]}
     worker_per_cpu_s = remote["nodes_per_s"] / max(remote["worker_cpu_mean"], 1e-9)
-    return {"pinned": pin, "machines": args.machines, "groups": args.groups, "traversal": load_config()[1],
+    return {"pinned": pin, "transport": endpoint_transport(args.transport), "machines": args.machines,
+            "groups": args.groups, "traversal": load_config()[1],
             "batcher_cpu_us_per_row": saturated["batcher_cpu_us_per_row"], "goal_cpu_us_per_row": GOAL_CPU_US_PER_ROW,
             "remote_share": remote["nodes_per_s"] / uniform["nodes_per_s"],
             "remote_share_per_cpu_s": worker_per_cpu_s / uniform["nodes_per_cpu_s"],
@@ -352,6 +364,7 @@ def ceiling(args):
 def print_ceiling(c):
     r, u, s = c["remote"], c["uniform"], c["saturated"]
     where = "batcher on core 0, worker/load on core 1" if c["pinned"] else "not pinned"
+    where += f", {c.get('transport', 'tcp')}"
     t = c["traversal"]
     print(f"service ceiling, null forward ({where}; load average after: "
           f"{', '.join(f'{x:.1f}' for x in c['loadavg_after'])}); traversal: {t['algorithm']}, depth "
@@ -420,6 +433,9 @@ def build_parser():
     ap.add_argument("--adv-dtype", choices=["float32", "float16"], default="float32",
                     help="the dtype workers (and --ceiling's load generator) ask their answers in "
                          "(python -m traverser --adv-dtype)")
+    ap.add_argument("--transport", choices=["ipc", "tcp"], default="ipc",
+                    help="batcher endpoint: ipc (a Unix socket, what the trainer's local workers use) or tcp "
+                         "(127.0.0.1)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a traversal setting of configs/lost_cities.yaml (repeatable), "
                          "e.g. --set rollouts=1 --set rollout_resample=false")
@@ -447,7 +463,7 @@ def main(argv=None):
               f"machine busy {r['machine_busy']:.2f} | "
               f"p99 wait+forward {r['p99_latency_ms']:.1f} ms | {r['limit']}", flush=True)
     net = "null forward" if args.null_forward else "x".join(map(str, args.hidden)) + " net"
-    meta = {"device": args.device, "hidden": args.hidden, "null_forward": args.null_forward,
+    meta = {"device": args.device, "transport": endpoint_transport(args.transport), "hidden": args.hidden, "null_forward": args.null_forward,
             "cpu_count": os.cpu_count(), "machines": args.machines, "groups": args.groups, "threads": args.threads,
             "max_batch": args.max_batch, "warmup_s": args.warmup_s, "window_s": args.window_s,
             "config": str(CONFIG.relative_to(ROOT)), "traversal": load_config()[1],

@@ -225,6 +225,54 @@ def test_remote_worker_on_a_null_forward_is_the_uniform_policy(game, cfg, adv_dt
             np.testing.assert_array_equal(got[col], ref_s[col], err_msg=col)
 
 
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_local_endpoints_serve_remote_traversals(transport):
+    """The launcher's local endpoints (ipc: a Unix socket in a fresh temporary
+    directory, the default; tcp: a free loopback port) carry a remote run
+    against a null forward that makes exactly the in-process uniform-policy
+    run's samples; the ipc socket file and its directory are gone after
+    remove_local_endpoint."""
+    from trainer.launcher import local_endpoint, remove_local_endpoint
+    endpoint = local_endpoint(transport)
+    assert endpoint.startswith(f"{transport}://") and len(endpoint) < 100    # Unix socket paths are short
+    nets = nets_for(LEDUC)
+    ids = np.arange(40)
+    try:
+        with H.InProcessBatcher(served(nets), bind=endpoint, null_forward=True) as srv:
+            assert srv.endpoint == endpoint
+            parts = []
+            stats = run_remote(LEDUC, TraverserConfig(), endpoint, ids, ids % 2, 1, 5, 1.0,
+                               lambda a, s: parts.append((a, s)), groups_per_thread=2, machines=6,
+                               context=srv.ctx, timeout_s=20)
+        assert not srv.errors
+    finally:
+        remove_local_endpoint(endpoint)
+    if transport == "ipc":
+        assert not Path(endpoint[len("ipc://"):]).parent.exists()
+    ref_adv, ref_strat, ref = run_local(LEDUC, TraverserConfig(uniform_policy=True), ids, ids % 2, iteration=1,
+                                        run_seed=5, weight=1.0, machines=5)
+    assert stats["traversals"] == ref["traversals"] == len(ids)
+    for i, ref_s in ((0, ref_adv), (1, ref_strat)):
+        got = sort_samples({k: np.concatenate([p[i][k] for p in parts]) for k in parts[0][i]})
+        ref_s = sort_samples(ref_s)
+        for col in got:
+            np.testing.assert_array_equal(got[col], ref_s[col], err_msg=col)
+
+
+def test_launcher_transport_is_validated():
+    from trainer.config import Config, validate
+    from trainer.launcher import local_endpoint
+    cfg = Config()
+    assert cfg.service.batcher_transport == "ipc"
+    cfg.service.batcher_transport = "udp"
+    with pytest.raises(ValueError, match="batcher_transport"):
+        validate(cfg)
+    cfg.service.batcher_transport = "tcp"
+    validate(cfg)
+    with pytest.raises(ValueError, match="transport"):
+        local_endpoint("udp")
+
+
 # ---------------------------------------------------------------------------
 # the wire layout of a machine group
 

@@ -99,6 +99,8 @@ class ServiceSection:
     """Traversals per job (0 = traversals / (2 * workers), at least 1)."""
     batcher_device: str = "auto"
     """Device of the embedded batcher: auto, cuda or cpu."""
+    batcher_transport: str = "ipc"
+    """Embedded batcher's endpoint: ipc (a Unix socket in a fresh temporary directory; local workers only, cheaper per byte than TCP) or tcp (127.0.0.1 on a free port). ipc falls back to tcp where ZeroMQ has no ipc transport."""
     batcher_threads: int = 1
     """torch CPU threads of the embedded batcher."""
     max_batch: int = 2048
@@ -300,6 +302,7 @@ def validate(cfg):
         ("service.job_size", cfg.service.job_size >= 0),
         ("service.max_restarts", cfg.service.max_restarts >= 0),
         ("service.autocast", cfg.service.autocast in ("none", "bf16", "fp16")),
+        ("service.batcher_transport", cfg.service.batcher_transport in ("ipc", "tcp")),
         ("train.warm_start_games", cfg.train.warm_start_games >= 0),
         ("train.warm_start_weight", cfg.train.warm_start_weight > 0),
         ("train.warm_start_advantage", cfg.train.warm_start_advantage > 0),

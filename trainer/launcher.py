@@ -1,5 +1,7 @@
 """The embedded local default: the trainer starts the batcher and N workers
-as subprocesses on loopback and supervises them.
+as subprocesses on this machine and supervises them. They talk over an ipc://
+endpoint (a Unix socket in a fresh temporary directory, removed at stop) by
+default, or over TCP on loopback with service.batcher_transport = tcp.
 
 A child that dies is restarted (up to service.max_restarts times each; a
 dead worker's job is handed out again), after which the run stops with an
@@ -21,6 +23,32 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def local_endpoint(transport="ipc"):
+    """An endpoint for a batcher and workers on this machine: ipc://PATH (a
+    socket file in a fresh temporary directory, short enough for a Unix
+    socket path) or tcp://127.0.0.1:PORT (a free port). ipc falls back to tcp
+    where ZeroMQ has no ipc transport (Windows builds)."""
+    import zmq
+    if transport == "ipc" and zmq.has("ipc"):
+        import tempfile
+        return f"ipc://{tempfile.mkdtemp(prefix='deepcfr-')}/batcher.sock"
+    if transport not in ("ipc", "tcp"):
+        raise ValueError(f"transport must be ipc or tcp, got {transport!r}")
+    return f"tcp://127.0.0.1:{free_port()}"
+
+
+def remove_local_endpoint(endpoint):
+    """Remove the socket file and temporary directory of a local_endpoint() ipc endpoint."""
+    if not endpoint.startswith("ipc://"):
+        return
+    path = Path(endpoint[len("ipc://"):])
+    for p in (path, path.parent):
+        try:
+            p.unlink() if p is path else p.rmdir()
+        except OSError:
+            pass
 
 
 def _die_with_parent():
@@ -83,7 +111,7 @@ class LocalServices:
         if self.svc.batcher:
             self.batcher_endpoint = self.svc.batcher
         else:
-            self.batcher_endpoint = f"tcp://127.0.0.1:{free_port()}"
+            self.batcher_endpoint = local_endpoint(self.svc.batcher_transport)
 
     def start(self):
         py = sys.executable
@@ -135,3 +163,4 @@ class LocalServices:
             w.stop()
         if self.batcher:
             self.batcher.stop()
+            remove_local_endpoint(self.batcher_endpoint)
