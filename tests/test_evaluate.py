@@ -165,6 +165,12 @@ def test_duplicate_match_reproducible_and_opponents():
     g1 = duplicate_match(game, AveragePolicy(net, greedy=True), "heuristic", 40, seed=7)
     _check_counts(g1, 40)
     assert g1 == duplicate_match(game, AveragePolicy(net, greedy=True), "heuristic", 40, seed=7)
+    c1 = duplicate_match(game, AveragePolicy(net, greedy=True), "cautious", 40, seed=7)   # the unseen bot
+    _check_counts(c1, 40)
+    assert c1 != g1
+    from trainer.evaluate import _opponent_list
+    assert _opponent_list("all") == ["random", "heuristic", "cautious", "exploiter"]
+    assert _opponent_list("cautious,both") == ["cautious", "random", "heuristic"]
     with pytest.raises(ValueError, match="unknown opponent"):
         duplicate_match(game, net, "nobody", 2)
     with pytest.raises(ValueError, match="step"):

@@ -11,7 +11,7 @@ import pytest
 
 import engine
 from engine._lost_cities import LostCitiesState
-from engine.bots import HeuristicBot, RandomBot, play_game
+from engine.bots import CautiousBot, HeuristicBot, RandomBot, play_game
 
 LETTERS = "YBWGRP"
 
@@ -396,6 +396,40 @@ def test_heuristic_moves_are_legal_in_every_variant():
     with pytest.raises(ValueError, match="plays lost_cities"):
         HeuristicBot(engine.load_game("kuhn_poker"))
 
+
+def test_cautious_bot_plays_legal_moves_sees_only_its_seat_and_beats_random():
+    for params in ({}, {"colours": 6}, {"colours": 3, "ranks": 5, "wagers": 0, "hand_size": 4},
+                   {"colours": 1, "ranks": 6, "wagers": 1, "hand_size": 2, "lowest_value": 1}):
+        game = engine.load_game("lost_cities", **params)
+        bot = CautiousBot(game)
+        for seed in range(6):
+            assert play_game(game, [bot, HeuristicBot(game)], seed).is_terminal()   # apply_action checks
+    game = engine.load_game("lost_cities")
+    bot = CautiousBot(game)
+    # its move depends only on what its seat sees: redealing the hidden cards changes nothing
+    checked = differs = 0
+    for seed in range(6):
+        state = game.new_initial_state(seed=seed)
+        while not state.is_terminal():
+            a = bot.step(state)
+            turn = state.to_dict()["turn"]
+            if turn % 7 == 0:
+                for k in range(3):
+                    other = state.resample(state.current_player(), seed * 1000 + turn * 10 + k)
+                    differs += other.to_dict()["deck"] != state.to_dict()["deck"]
+                    assert bot.step(other) == a
+                    checked += 1
+            state.apply_action(a)
+    assert checked > 30 and differs > 0
+    wins = 0
+    for seed in range(40):
+        seat = seed % 2
+        bots = [RandomBot(seed), RandomBot(seed)]
+        bots[seat] = bot
+        wins += play_game(game, bots, seed).returns()[seat] > 0
+    assert wins >= 38, f"the cautious bot won only {wins} of 40 against random"
+    with pytest.raises(ValueError, match="plays lost_cities"):
+        CautiousBot(engine.load_game("kuhn_poker"))
 
 # ---------------------------------------------------------------------------
 # the derived info-state segments (features=1)

@@ -124,7 +124,7 @@ class EvalSection:
     lc_games: int = 2000
     """Lost Cities: games per opponent, in pairs on the same deal with seats swapped."""
     opponents: list = field(default_factory=lambda: ["random", "heuristic"])
-    """Lost Cities opponents (random, heuristic)."""
+    """Lost Cities opponents (random, heuristic, cautious)."""
     policies: list = field(default_factory=lambda: ["average"])
     """Read-outs to evaluate (average, current, sdcfr, each optionally -greedy); keys of the
     first are plain (vs_heuristic_margin), of the others prefixed (current_vs_heuristic_margin)."""
@@ -313,7 +313,7 @@ def validate(cfg):
         ("train.warm_start_procs", cfg.train.warm_start_procs >= 0),
         ("eval.every", cfg.eval.every >= 0),
         ("eval.lc_games", cfg.eval.lc_games >= 0),
-        ("eval.opponents", all(o in ("random", "heuristic") for o in cfg.eval.opponents)),
+        ("eval.opponents", all(o in ("random", "heuristic", "cautious") for o in cfg.eval.opponents)),
         ("eval.policies", len(cfg.eval.policies) >= 1 and all(_policy_kind_ok(k) for k in cfg.eval.policies)),
         ("eval.exploiter_games", cfg.eval.exploiter_games >= 0),
         ("eval.exploiter_every", cfg.eval.exploiter_every >= 0),

@@ -1,7 +1,7 @@
 """Evaluation of a Deep CFR checkpoint's policies.
 
     python -m trainer.evaluate RUN_OR_CHECKPOINT [--policy average|current|sdcfr[-greedy]]
-        [--opponent random,heuristic,exploiter | both | all] [--games 2000]
+        [--opponent random,heuristic,cautious,exploiter | both | all] [--games 2000]
         [--exploiter-games 400] [--worlds 16] [--seed S] [--json]
 
 Read-outs (trainer.policy): the average policy (the strategy net, or the
@@ -28,12 +28,12 @@ import sys
 import numpy as np
 import torch
 
-from engine.bots import HeuristicBot, RandomBot
+from engine.bots import CautiousBot, HeuristicBot, RandomBot
 from engine.match import wilson_interval
 from trainer.exact import POKER_GAMES, exploitability
 from trainer.policy import AveragePolicy, Policy, policy_from_checkpoint, policy_probs
 
-OPPONENTS = ("random", "heuristic", "exploiter")
+OPPONENTS = ("random", "heuristic", "cautious", "exploiter")
 DEFAULT_OPPONENTS = ("random", "heuristic")
 
 
@@ -80,7 +80,8 @@ def _as_policy(agent, seed=0, greedy=False):
 
 
 def make_opponent(kind, game, agent, seed=0, worlds=16):
-    """An opponent bot by name: "random", "heuristic", or "exploiter" (a local
+    """An opponent bot by name: "random", "heuristic", "cautious" (a second
+    rule-based bot that training never uses, engine.bots.CautiousBot), or "exploiter" (a local
     best response to `agent`, trainer.exploiter). Any other object with
     `.step(state)` is used as it is."""
     if not isinstance(kind, str):
@@ -97,6 +98,8 @@ def make_opponent(kind, game, agent, seed=0, worlds=16):
         return RandomBot(seed)
     if kind == "heuristic":
         return HeuristicBot(game)
+    if kind == "cautious":
+        return CautiousBot(game)
     raise ValueError(f"unknown opponent {kind!r}; known: {', '.join(OPPONENTS)}")
 
 
@@ -319,9 +322,10 @@ def build_parser():
                          "matching), sdcfr (the exact SD-CFR average), each optionally -greedy; "
                          "default auto: sdcfr if the checkpoint holds it, else average")
     ap.add_argument("--opponent", default="random,heuristic",
-                    help="Lost Cities opponents, comma-separated, of: random, heuristic, exploiter "
-                         "(a local best response to the policy); 'both' = random,heuristic, "
-                         "'all' = all three (default random,heuristic)")
+                    help="Lost Cities opponents, comma-separated, of: random, heuristic, cautious (a "
+                         "second rule-based bot, never used in training), exploiter (a local best "
+                         "response to the policy); 'both' = random,heuristic, 'all' = all four "
+                         "(default random,heuristic)")
     ap.add_argument("--games", type=int, default=2000,
                     help="Lost Cities games per opponent, as pairs of games on the same deal "
                          "with seats swapped (default 2000)")
