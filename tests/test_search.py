@@ -249,3 +249,30 @@ def test_race_player_picks_among_the_survivors():
     assert SearchPlayer(game, playout="random").schedule == "halving"
     assert SearchPlayer(game, halving=False).schedule == "plain"
     assert parse_search_spec("schedule=race,z=2.5,eps=0")["z"] == 2.5
+
+
+def test_prefer_keeps_the_blueprints_move_unless_the_search_drops_it():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    bp = _blueprint(game, seed=2)
+    kept = overruled = 0
+    for seed in range(12):
+        state = _midgame(game, seed, moves=2 * (seed % 4) + 2)
+        if len(state.legal_actions()) < 3:
+            continue
+        # the same seed: the same race, so the plain player's values are the preferring player's
+        cands, values, _ = SearchPlayer(game, worlds=24, seed=seed).search(state)
+        probs = bp.action_probs(state)
+        own = max(state.legal_actions(), key=lambda a: (probs[a], -a))
+        best = cands[int(np.argmax(values))]
+        chosen = SearchPlayer(game, blueprint=bp, worlds=24, seed=seed, prefer=True).step(state)
+        if np.isfinite(values[cands.index(own)]):
+            assert chosen == own
+            kept += own != best
+        else:
+            assert chosen == best
+            overruled += 1
+    assert kept >= 1 and overruled >= 1       # both branches were taken
+    assert "prefer=blueprint" in SearchPlayer(game, blueprint=bp, prefer=True).name
+    with pytest.raises(ValueError, match="prefer keeps the blueprint's move"):
+        SearchPlayer(game, prefer=True)
+    assert parse_search_spec("prefer=1,worlds=8") == {"prefer": True, "worlds": 8}

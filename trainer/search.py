@@ -17,7 +17,11 @@ At each decision the player
      blueprint for both sides for `depth` decisions and the heuristic after
      (`playout="blueprint"`); every playout of the decision advances together,
      so the blueprint's forwards are batched;
-  4. plays the candidate with the best mean final score difference.
+  4. plays the candidate with the best mean final score difference; or,
+     with `prefer=True` and a blueprint, the blueprint's own most likely
+     move unless the search dropped it as worse (it left the race, or was
+     halved away): the search as a check on the blueprint, which moves
+     only where the worlds show it a better move.
 With an `opponent` model (a policy), each playout first finishes the
 player's turn with the playout policy and lets that model play the
 opponent's next turn: a best response to the model one turn deep, which is
@@ -73,7 +77,7 @@ class SearchPlayer:
 
     def __init__(self, game, blueprint=None, worlds=64, topk=0, playout="heuristic", depth=4,
                  time_limit_s=None, chunk=16, halving=True, opponent=None, seed=0, schedule=None,
-                 z=3.0, eps=0.1):
+                 z=3.0, eps=0.1, prefer=False):
         if game.name != "lost_cities":
             raise ValueError(f"the search player plays lost_cities, not {game.name}")
         if worlds < 1 or chunk < 1:
@@ -82,6 +86,8 @@ class SearchPlayer:
             raise ValueError(f"playout must be one of {', '.join(PLAYOUTS)}, got {playout!r}")
         if (topk > 0 or playout == "blueprint") and blueprint is None:
             raise ValueError("topk and blueprint playouts need a blueprint (a trained run)")
+        if prefer and blueprint is None:
+            raise ValueError("prefer keeps the blueprint's move: it needs a blueprint (a trained run)")
         if topk < 0 or depth < 0:
             raise ValueError("topk and depth must be >= 0")
         if time_limit_s is not None and time_limit_s <= 0:
@@ -99,6 +105,7 @@ class SearchPlayer:
         self.blueprint = blueprint
         self.worlds = int(worlds)
         self.topk = int(topk)
+        self.prefer = bool(prefer)
         self.playout = playout
         self.depth = int(depth)
         self.time_limit_s = time_limit_s
@@ -125,6 +132,8 @@ class SearchPlayer:
                                              "race": [f"race(z={self.z:g},eps={self.eps:g})"]}[self.schedule]
         if self.topk:
             parts.append(f"topk={self.topk}")
+        if self.prefer:
+            parts.append("prefer=blueprint")
         parts.append(f"playout={self.playout}" + (f",depth={self.depth}" if self.playout == "blueprint" else ""))
         if self.time_limit_s:
             parts.append(f"time={self.time_limit_s * 1000:g}ms")
@@ -288,6 +297,11 @@ class SearchPlayer:
         if len(legal) == 1:
             return legal[0]
         cands, values, _ = self.search(state)
+        if self.prefer:
+            probs = self.blueprint.action_probs(state)
+            own = max(legal, key=lambda a: (probs[a], -a))
+            if own in cands and np.isfinite(values[list(cands).index(own)]):
+                return int(own)                      # still in contention: the blueprint's move stands
         return int(cands[int(np.argmax(values))])
 
     def action_probs(self, state):
@@ -310,7 +324,8 @@ def parse_search_spec(text):
     """"worlds=64,topk=4,playout=blueprint,depth=4,time=20,chunk=16,policy=average"
     -> keyword arguments (time in milliseconds). Unknown keys raise ValueError."""
     kinds = {"worlds": int, "topk": int, "depth": int, "chunk": int, "time": float, "seed": int,
-             "halving": int, "playout": str, "policy": str, "schedule": str, "z": float, "eps": float}
+             "halving": int, "playout": str, "policy": str, "schedule": str, "z": float, "eps": float,
+             "prefer": int}
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = part.partition("=")
@@ -323,8 +338,9 @@ def parse_search_spec(text):
             raise ValueError(f"search setting {key} needs a {kinds[key].__name__}, got {value!r}") from None
     if "time" in out:
         out["time_limit_s"] = out.pop("time") / 1000.0
-    if "halving" in out:
-        out["halving"] = bool(out["halving"])
+    for key in ("halving", "prefer"):
+        if key in out:
+            out[key] = bool(out[key])
     return out
 
 
