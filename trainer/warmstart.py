@@ -1,19 +1,28 @@
-"""Warm start from the game's own rule-based policy (Lost Cities' heuristic).
+"""Warm start from the game's own rule-based policy (Lost Cities' heuristic),
+or from a lookahead that uses it as its playout policy.
 
-Before iteration 1, the decisions of `games` heuristic self-play games go
-into the memories as samples of a virtual iteration 0 whose weight is
-`weight` (a real sample of iteration t weighs t under linear CFR):
-  - advantage rows of the player to move: +`advantage` for the heuristic's
+Before iteration 1, the decisions of `games` self-play games go into the
+memories as samples of a virtual iteration 0 whose weight is `weight` (a
+real sample of iteration t weighs t under linear CFR), or are kept apart as
+a lasting prior (PriorMix):
+  - advantage rows of the player to move: +`advantage` for the teacher's
     move and -`advantage` for every other legal move, so regret matching on
-    a net that fits them plays the heuristic;
-  - strategy rows: the heuristic's move with probability 1.
-The nets are then trained on those memories, so the first traversals already
-play the heuristic, and CFR's sampled regrets take over as they accumulate:
-the warm-start rows are a fixed prior on the cumulative regrets, whose share
-of the memory's weight falls like weight / (t^2 / 2) samples' worth.
+    a net that fits them plays the teacher;
+  - strategy rows: the teacher's move with probability 1.
+The teacher is the heuristic itself (`worlds` 0) or a one-step lookahead:
+every legal move is played in K redealt worlds of what the player cannot
+see and played out by the heuristic for both sides, and the best mean wins
+(trainer.search's race). That is a depth-1 cutoff's regret averaged over K
+worlds instead of the one the traversal uses: a policy improvement step on
+the heuristic. A net fitted to many such noisy labels averages them over
+similar states and can play better than the 64-world teacher itself
+(docs/lost_cities_strength.md).
+The nets are then trained on those rows, so the first traversals already
+play the teacher, and CFR's sampled regrets take over as they accumulate
+(or, with a lasting prior, make up the rest of every batch).
 
-The heuristic is used here as a starting point only; nothing in training
-treats it as the opponent.
+The heuristic is used here as a starting point and as the playout policy
+only; nothing in training treats it as the opponent to beat.
 """
 import numpy as np
 
