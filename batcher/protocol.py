@@ -19,7 +19,6 @@ _backend_send = zmq.backend.Socket.send
 _backend_recv = zmq.backend.Socket.recv
 _backend_getsockopt = zmq.backend.Socket.get
 _SNDMORE = int(zmq.SNDMORE)
-_RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 
@@ -113,10 +112,14 @@ def has_input(sock):
 
 
 def recv_frames(sock):
-    """sock.recv_multipart(copy=False) without pyzmq's per-frame Python layer."""
-    frames = [_backend_recv(sock, 0, False)]
-    while _backend_getsockopt(sock, _RCVMORE):
-        frames.append(_backend_recv(sock, 0, False))
+    """sock.recv_multipart(copy=False) without pyzmq's per-frame Python layer.
+    A frame received without a copy carries its own more-flag (read in C at
+    receipt), so no getsockopt(RCVMORE) per frame."""
+    frame = _backend_recv(sock, 0, False)
+    frames = [frame]
+    while frame.more:
+        frame = _backend_recv(sock, 0, False)
+        frames.append(frame)
     return frames
 
 
