@@ -336,7 +336,7 @@ def test_warm_start_rows_are_the_heuristics_decisions():
         heuristic_rows(engine.load_game("kuhn_poker"), 1, 0, 0.05)
 
 
-def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves():
+def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves(tmp_path):
     import engine
     from trainer.search import SearchPlayer
     from trainer.warmstart import heuristic_rows
@@ -370,6 +370,23 @@ def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves():
     assert sum(row.tobytes() not in seen for row in strat["info"]) > len(strat["info"]) // 4
     labels = strat["target"].argmax(axis=1)
     assert (strat["mask"][np.arange(len(labels)), labels] == 1).all()
+    # a cache file: written once, read back the same, made again when the teacher differs
+    cache = tmp_path / "rows.npz"
+    first = heuristic_rows(game, 3, seed=9, advantage=0.1, explore=0.3, cache=cache)
+    stamp = cache.stat().st_mtime_ns
+    again = heuristic_rows(game, 3, seed=9, advantage=0.1, explore=0.3, cache=cache)
+    assert cache.stat().st_mtime_ns == stamp
+    whole = cache.read_bytes()
+    for a, b in ((first[1], again[1]), (first[0][0], again[0][0]), (first[0][1], again[0][1])):
+        assert all(np.array_equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
+    other = heuristic_rows(game, 3, seed=9, advantage=0.1, explore=0.2, cache=cache)
+    assert cache.stat().st_mtime_ns != stamp
+    assert not np.array_equal(other[1]["info"], first[1]["info"]) or \
+        not np.array_equal(other[1]["target"], first[1]["target"])
+    for damaged in (b"not a zip", whole[:len(whole) // 2]):      # a damaged file is played again, not trusted
+        cache.write_bytes(damaged)
+        rows = heuristic_rows(game, 3, seed=9, advantage=0.1, explore=0.3, cache=cache)[1]
+        assert np.array_equal(rows["info"], first[1]["info"]) and cache.read_bytes() != damaged
     for bad in ({"worlds": -1}, {"explore": 1.0}, {"explore": -0.1}):
         with pytest.raises(ValueError, match="worlds must be >= 0 and explore in"):
             heuristic_rows(game, 1, 0, 0.1, **bad)
@@ -411,6 +428,7 @@ def test_warm_started_run_starts_from_the_heuristic(tmp_path):
     r = run_trainer(["--resume", str(run2), "--set", "train.iterations=2", "--set", "run.progress=false"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert "warm-start prior: 4 games labelled by the heuristic, share 0.5" in r.stdout
+    assert f"read back from {run2 / 'warm_start_rows.npz'}" in r.stdout
     with pytest.raises(ConfigError, match="warm_start_share: bad value 1.0"):
         load_config(ROOT / "configs" / "smoke.yaml", ["train.warm_start_share=1.0"])
     with pytest.raises(ConfigError, match="warm_start_games: kuhn_poker has no rule-based policy"):

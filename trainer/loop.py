@@ -183,22 +183,27 @@ class Trainer:
     def _warm_start(self, pretrain=True):
         """Heuristic self-play rows (trainer/warmstart.py): into the memories
         (warm_start_share 0) or kept apart as a lasting prior; then, at the
-        start of a run, every net is pretrained on them. On resume with a
-        prior, the rows are made again (they are deterministic)."""
+        start of a run, every net is pretrained on them. A lasting prior's
+        rows are saved in the run directory (warm_start_rows.npz), and a
+        resumed run reads them back."""
         from trainer.warmstart import PriorMix, heuristic_rows
         tr = self.cfg.train
         t0 = time.monotonic()
         teacher = (f"a {tr.warm_start_worlds}-world lookahead" if tr.warm_start_worlds else "the heuristic") \
             + (f", {tr.warm_start_explore:g} random moves" if tr.warm_start_explore else "")
         bar = self._bar(total=tr.warm_start_games, desc=f"warm start ({teacher})", unit="game")
+        # a lasting prior is kept on disk, so that a resumed run reads it back instead of playing it again
+        cache = self.run_dir / "warm_start_rows.npz" if tr.warm_start_share > 0 else None
+        stamp = cache.stat().st_mtime_ns if cache is not None and cache.exists() else None
         adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=(self.cfg.run.seed + 1) * 1000003,
                                     advantage=tr.warm_start_advantage, worlds=tr.warm_start_worlds,
                                     explore=tr.warm_start_explore, procs=tr.warm_start_procs or os.cpu_count() or 1,
-                                    progress=None if bar is None else bar.update)
+                                    progress=None if bar is None else bar.update, cache=cache)
         if bar is not None:
             bar.close()
+        reused = stamp is not None and cache.stat().st_mtime_ns == stamp
         self.log(f"warm-start rows: {len(strat['weight'])} decisions of {tr.warm_start_games} games labelled by "
-                 f"{teacher} in {time.monotonic() - t0:.0f} s")
+                 f"{teacher}, " + (f"read back from {cache}" if reused else f"in {time.monotonic() - t0:.0f} s"))
         if tr.warm_start_share > 0:
             self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
             memories = {f"adv{p}": PriorMix(self.adv_mem[p], adv[p], tr.warm_start_share) for p in (0, 1)}

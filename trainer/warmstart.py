@@ -73,7 +73,36 @@ def _play_chunk(args):
     return _play(*args)
 
 
-def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress=None, procs=1):
+def _read_cache(path, meta):
+    """The parts saved at `path` if it holds rows made with `meta`, else None."""
+    import json
+    import zipfile
+    try:
+        with np.load(path) as z:
+            if json.loads(str(z["meta"])) != meta:
+                return None
+            return [{p: (z[f"info{p}"], z[f"mask{p}"], z[f"act{p}"]) for p in (0, 1)}]
+    except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        return None
+
+
+def _write_cache(path, meta, parts):
+    """Save the labelled decisions (not the targets, which follow from them)
+    atomically: a crash mid-write leaves no half file under `path`."""
+    import json
+    import os
+    arrays = {"meta": np.array(json.dumps(meta))}
+    for p in (0, 1):
+        for i, name in enumerate(("info", "mask", "act")):
+            arrays[f"{name}{p}"] = np.concatenate([part[p][i] for part in parts])
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    os.replace(tmp, path)
+
+
+def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress=None, procs=1,
+                   cache=None):
     """({player: advantage rows}, strategy rows) of `games` self-play games
     from deals seed, seed + 1, ... Rows are dicts of info (uint8), target
     (float32), mask (uint8) and weight (float32, all 1).
@@ -88,7 +117,9 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     the teacher's move), so the rows also cover states off the teacher's
     path. procs > 1: the games are shared out over that many processes (the
     rows do not depend on it). progress: called with the number of games
-    just finished."""
+    just finished. cache: a file path; rows saved there with the same game,
+    deals and teacher are read back instead of played again (a resumed run
+    need not repeat a lookahead warm start), and rows played are saved."""
     if not hasattr(game, "heuristic_action"):
         raise ValueError(f"{game.name} has no rule-based policy to warm-start from")
     if worlds < 0 or not 0.0 <= explore < 1.0:
@@ -97,7 +128,14 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
         raise ValueError(f"procs must be >= 1, got {procs}")
     seeds = list(range(seed, seed + games))
     params = dict(game.params)
-    if procs == 1 or games < 2:
+    meta = {"game": game.name, "params": params, "games": int(games), "seed": int(seed),
+            "worlds": int(worlds), "explore": float(explore), "format": 1}
+    parts = _read_cache(cache, meta) if cache is not None else None
+    cached = parts is not None
+    if cached:
+        if progress is not None:
+            progress(games)
+    elif procs == 1 or games < 2:
         parts = [_play(game.name, params, seeds, worlds, explore, progress)]
     else:
         import multiprocessing as mp
@@ -112,6 +150,8 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
                 parts.append(part)
                 if progress is not None:
                     progress(len(chunk))
+    if cache is not None and not cached:
+        _write_cache(cache, meta, parts)
     adv = {}
     strat = []
     for p in (0, 1):
