@@ -1,15 +1,17 @@
-"""How well can a net of the run's shape learn to play like the heuristic,
-with and without the derived info-state segments?
-`python -m benchmarks.lc_imitation`
+"""How well can a net of the run's shape learn to play like its warm-start
+teacher, with and without the derived info-state segments?
+`python -m benchmarks.lc_imitation [--worlds 64 --explore 0.1]`
 
-The warm start trains the strategy net on heuristic self-play, and the
-lasting prior keeps those rows in every batch, so the average policy can be
-no stronger than the net's imitation of the heuristic plus what CFR adds.
+The warm start trains the strategy net on labelled self-play, and the
+lasting prior keeps those rows in every batch, so the greedy average policy
+plays the teacher's move wherever the prior has rows. The teacher is the
+heuristic (--worlds 0) or a one-step lookahead over --worlds redealt worlds
+with heuristic playouts (trainer.warmstart.heuristic_rows).
 For each encoding (`features` 0 and 1) this builds the warm start's rows
-(trainer.warmstart.heuristic_rows) from --games games, trains a fresh
-strategy net on them for --steps Adam steps with the trainer's loss, and
-reports, on the decisions of --test-games other games:
-  - agreement: how often the net's most likely legal move is the heuristic's;
+from --games games, trains a fresh strategy net on them for --steps Adam
+steps with the trainer's loss, and reports, on the decisions of
+--test-games other games:
+  - agreement: how often the net's most likely legal move is the teacher's;
   - the greedy net against the heuristic and against random on duplicate
     deals (--match-games games each; trainer.evaluate.duplicate_match).
 Both encodings see the same games, batches and seeds.
@@ -72,7 +74,7 @@ def imitate(features, args):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m benchmarks.lc_imitation", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--games", type=int, default=2000, help="heuristic self-play games to learn from")
+    ap.add_argument("--games", type=int, default=2000, help="labelled self-play games to learn from")
     ap.add_argument("--test-games", type=int, default=200, help="other games whose decisions are scored")
     ap.add_argument("--worlds", type=int, default=0,
                     help="label with a one-step lookahead over this many worlds (0: the heuristic's move)")

@@ -35,7 +35,7 @@ import yaml
 
 from batcher.bench import spawn_batcher
 from batcher.client import BatcherClient
-from trainer.launcher import local_endpoint, remove_local_endpoint
+from trainer.launcher import local_endpoint, local_transport, remove_local_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "lost_cities.yaml"
@@ -334,12 +334,6 @@ def saturated_batcher(args, cpus):
             **batcher_window(s0, s1, t1 - t0)}
 
 
-def endpoint_transport(transport):
-    """The transport local_endpoint(transport) really uses here."""
-    import zmq
-    return "ipc" if transport == "ipc" and zmq.has("ipc") else "tcp"
-
-
 def ceiling(args):
     pin = not args.no_pin and os.cpu_count() >= 2
     cpus = (0, 1) if pin else (None, None)
@@ -352,7 +346,7 @@ def ceiling(args):
                "nodes_per_cpu_s": (uni["nodes_per_cpu_s"] + uni2["nodes_per_cpu_s"]) / 2,
                "runs": [uni, uni2]}
     worker_per_cpu_s = remote["nodes_per_s"] / max(remote["worker_cpu_mean"], 1e-9)
-    return {"pinned": pin, "transport": endpoint_transport(args.transport), "machines": args.machines,
+    return {"pinned": pin, "transport": local_transport(args.transport), "machines": args.machines,
             "groups": args.groups, "traversal": load_config()[1],
             "batcher_cpu_us_per_row": saturated["batcher_cpu_us_per_row"], "goal_cpu_us_per_row": GOAL_CPU_US_PER_ROW,
             "remote_share": remote["nodes_per_s"] / uniform["nodes_per_s"],
@@ -463,7 +457,7 @@ def main(argv=None):
               f"machine busy {r['machine_busy']:.2f} | "
               f"p99 wait+forward {r['p99_latency_ms']:.1f} ms | {r['limit']}", flush=True)
     net = "null forward" if args.null_forward else "x".join(map(str, args.hidden)) + " net"
-    meta = {"device": args.device, "transport": endpoint_transport(args.transport), "hidden": args.hidden, "null_forward": args.null_forward,
+    meta = {"device": args.device, "transport": local_transport(args.transport), "hidden": args.hidden, "null_forward": args.null_forward,
             "cpu_count": os.cpu_count(), "machines": args.machines, "groups": args.groups, "threads": args.threads,
             "max_batch": args.max_batch, "warmup_s": args.warmup_s, "window_s": args.window_s,
             "config": str(CONFIG.relative_to(ROOT)), "traversal": load_config()[1],

@@ -64,11 +64,11 @@ class TrainSection:
     time_limit_s: float = 0.0
     """Stop after the iteration that passes this wall-clock budget (0 = none)."""
     warm_start_games: int = 0
-    """Heuristic self-play games whose decisions seed the memories and pretrain the nets before iteration 1 (0 = none; games with a rule-based policy: Lost Cities). See trainer/warmstart.py."""
+    """Self-play games whose decisions, labelled by the heuristic or a lookahead over it (warm_start_worlds), seed the memories and pretrain the nets before iteration 1 (0 = none; games with a rule-based policy: Lost Cities). See trainer/warmstart.py."""
     warm_start_weight: float = 20.0
     """Sample weight of the warm-start rows, in iterations (a sample of iteration t weighs t)."""
     warm_start_advantage: float = 0.05
-    """Warm-start advantage targets: + for the heuristic's move, - for every other legal move."""
+    """Warm-start advantage targets: + for the teacher's move (the heuristic's, or the lookahead's), - for every other legal move."""
     warm_start_steps: int = 1000
     """SGD steps per net on the warm-start memories before iteration 1."""
     warm_start_worlds: int = 0

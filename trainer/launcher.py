@@ -30,13 +30,19 @@ def local_endpoint(transport="ipc"):
     socket file in a fresh temporary directory, short enough for a Unix
     socket path) or tcp://127.0.0.1:PORT (a free port). ipc falls back to tcp
     where ZeroMQ has no ipc transport (Windows builds)."""
-    import zmq
-    if transport == "ipc" and zmq.has("ipc"):
+    if local_transport(transport) == "ipc":
         import tempfile
         return f"ipc://{tempfile.mkdtemp(prefix='deepcfr-')}/batcher.sock"
+    return f"tcp://127.0.0.1:{free_port()}"
+
+
+def local_transport(transport):
+    """The transport local_endpoint(transport) uses here: ipc, or tcp where
+    ZeroMQ has no ipc transport."""
+    import zmq
     if transport not in ("ipc", "tcp"):
         raise ValueError(f"transport must be ipc or tcp, got {transport!r}")
-    return f"tcp://127.0.0.1:{free_port()}"
+    return "ipc" if transport == "ipc" and zmq.has("ipc") else "tcp"
 
 
 def remove_local_endpoint(endpoint):
