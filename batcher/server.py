@@ -67,7 +67,16 @@ def resolve_device(name):
         if not torch.cuda.is_available():
             why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
             raise DeviceError(f"--device {name}: CUDA is not available ({why}, torch {torch.__version__})")
-        return torch.device(name)
+        try:
+            device = torch.device(name)
+        except RuntimeError:
+            raise DeviceError(f"--device {name}: not a device name (use cuda or cuda:N)") from None
+        if device.type != "cuda":
+            raise DeviceError(f"--device {name}: not a device name (use cuda or cuda:N)")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise DeviceError(f"--device {name}: no such GPU ({count} visible: cuda:0..cuda:{count - 1})")
+        return device
     if name == "cpu":
         return torch.device("cpu")
     raise DeviceError(f"--device {name}: unknown device (use auto, cuda or cpu)")

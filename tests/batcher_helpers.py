@@ -26,6 +26,10 @@ from batcher import protocol as P  # noqa: E402
 from batcher.server import Batcher, BatcherOptions  # noqa: E402
 
 PY = sys.executable
+# The batchers these tests start run on this device: cpu by default; on a GPU
+# box `DEEPCFR_TEST_DEVICE=cuda pytest tests/test_batcher.py` runs the same
+# suite against the CUDA path (scripts/gpu_check.sh does).
+DEVICE = os.environ.get("DEEPCFR_TEST_DEVICE", "cpu")
 
 
 # ---------------------------------------------------------------------------
@@ -92,7 +96,7 @@ class BatcherProcess:
     def start(self, ready_timeout=60.0):
         assert self.proc is None or self.proc.poll() is not None
         self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen([PY, "-m", "batcher", "--bind", self.endpoint, "--device", "cpu",
+        self.proc = subprocess.Popen([PY, "-m", "batcher", "--bind", self.endpoint, "--device", DEVICE,
                                       "--log-interval", "0", "--torch-threads", "1", *self.args],
                                      cwd=ROOT, env=subprocess_env(), stdout=self._log, stderr=self._log)
         deadline = time.monotonic() + ready_timeout
@@ -142,7 +146,7 @@ class InProcessBatcher:
     own zmq.Context. `models` is {model_id: (net, version)}."""
 
     def __init__(self, models, **options):
-        opts = dict(bind="tcp://127.0.0.1:*", device="cpu", log_interval_s=0)
+        opts = dict(bind="tcp://127.0.0.1:*", device=DEVICE, log_interval_s=0)
         opts.update(options)
         self.ctx = zmq.Context()
         self.batcher = Batcher(BatcherOptions(**opts), context=self.ctx)

@@ -126,6 +126,25 @@ def test_cli_device_cuda_without_cuda_is_one_clear_line():
         resolve_device("tpu")
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (scripts/gpu_check.sh)")
+def test_cli_device_cuda_serves_and_a_missing_gpu_is_one_clear_line():
+    assert resolve_device("auto").type == "cuda"
+    assert resolve_device("cuda").type == "cuda"
+    count = torch.cuda.device_count()
+    with pytest.raises(DeviceError, match="no such GPU"):
+        resolve_device(f"cuda:{count}")
+    r = H.run_cli(["-m", "batcher", "--device", f"cuda:{count}", "--bind", f"tcp://127.0.0.1:{H.free_port()}"])
+    assert r.returncode != 0 and "no such GPU" in r.stderr and "Traceback" not in r.stderr
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 1)}, device="cuda") as srv:
+        assert srv.batcher.device.type == "cuda"
+        rows = rows_of("float32", 300, seed=7)
+        head, adv = infer_blocking(srv.client(), 0, rows)
+        assert head["type"] == P.RESULT
+        np.testing.assert_allclose(adv, forward(nets[0], rows), atol=ATOL, rtol=0)
+    assert not srv.errors
+
+
 def test_cli_endpoint_in_use_is_one_clear_line(kuhn_batcher):
     r = H.run_cli(["-m", "batcher", "--bind", kuhn_batcher.endpoint, "--device", "cpu"])
     assert r.returncode != 0

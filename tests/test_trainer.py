@@ -476,6 +476,17 @@ def test_bad_config_exits_2_with_named_key(tmp_path):
     assert r.returncode == 2 and "no checkpoint" in r.stderr
 
 
+def test_train_device_that_is_not_there_is_one_clear_line(tmp_path):
+    import torch
+    missing = f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cuda"
+    r = run_trainer(["--config", "configs/kuhn.yaml", "--run-dir", str(tmp_path / "run"),
+                     "--set", f"train.device={missing}"])
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if "train.device" in line]
+    assert len(lines) == 1 and missing in lines[0], r.stderr[-2000:]
+    assert ("no such GPU" if torch.cuda.is_available() else "CUDA is not available") in lines[0]
+
+
 def _trainer_in_process(cfg_overrides, run_dir, resume=None):
     from trainer.loop import Trainer
     cfg = load_config(ROOT / "configs" / "leduc.yaml", cfg_overrides)

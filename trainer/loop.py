@@ -24,6 +24,7 @@ import torch
 import engine
 from batcher.client import BatcherClient
 from batcher.networks import MLP
+from batcher.server import DeviceError, resolve_device
 from trainer import checkpoint as ck
 from trainer.config import config_to_dict
 from trainer.jobs import Job, JobServer
@@ -40,11 +41,11 @@ STRATEGY_MODEL = 2
 
 
 def _device(name):
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"train.device {name}: CUDA is not available")
-    return torch.device(name)
+    """train.device as a torch.device; the batcher's checks, named for the config key."""
+    try:
+        return resolve_device(name)
+    except DeviceError as e:
+        raise RuntimeError(str(e).replace("--device", "train.device", 1)) from None
 
 
 def _adam(net, lr):
