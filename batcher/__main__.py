@@ -44,6 +44,9 @@ def build_parser():
     ap.add_argument("--null-forward", action="store_true",
                     help="benchmark mode: answer every row with ones (the uniform policy) without running a "
                          "net, to measure the service's own cost; never for training")
+    ap.add_argument("--forwards-in-flight", type=int, default=d.forwards_in_flight,
+                    help="GPU: forwards launched before the oldest must be answered; the loop receives and "
+                         "stages the next batch while the device computes (1 = wait for each forward)")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return ap
 
@@ -68,7 +71,8 @@ def main(argv=None):
                           max_wait_us=args.max_wait_us, autocast=args.autocast,
                           max_message_bytes=int(args.max_message_mb * (1 << 20)),
                           log_interval_s=args.log_interval, torch_threads=args.torch_threads,
-                          curve_keys=args.curve_keys, null_forward=args.null_forward)
+                          curve_keys=args.curve_keys, null_forward=args.null_forward,
+                          forwards_in_flight=args.forwards_in_flight)
     try:
         batcher = Batcher(opts)
         if args.init_game:

@@ -20,6 +20,13 @@ Answers are float32, or float16 for requests that ask for it (adv_dtype):
 half the bytes to send, and on a GPU the cast runs on the device when every
 request in a batch asked for float16.
 
+On a GPU the loop does not wait for a forward: it launches it (the answers
+copied back into pinned host memory, in stream order, then an event), goes
+on receiving and staging, and answers the forward once its event has
+completed, oldest first. Up to forwards_in_flight forwards are out at once;
+with nothing left to receive it waits on the oldest event, which yields the
+CPU instead of spinning. On the CPU each forward is answered at once.
+
 With null_forward (a benchmark mode, never used by training) every forward is
 skipped and every row is answered with equal advantages (ones, which regret
 matching turns into the uniform policy); everything else (receiving,
@@ -31,6 +38,7 @@ oversized message gets an error reply (or is dropped with a log line if it
 cannot even be addressed), and the loop goes on.
 """
 import collections
+import copy
 import logging
 import math
 import os
@@ -104,6 +112,9 @@ class BatcherOptions:
     """Directory of CURVE keys (python -m batcher.keys): only key holders may connect."""
     null_forward: bool = False
     """Benchmark mode: answer ones (uniform policy) without running the net; never for training."""
+    forwards_in_flight: int = 2
+    """GPU: forwards launched before the oldest must be answered (1 = wait for each forward
+    before going on). While the device computes, the loop receives and stages the next batch."""
 
 
 class _Model:
@@ -143,6 +154,23 @@ class _Pending:
         self.slot = slot
         self.rows = rows
         self.arrived = arrived
+
+
+class _Flight:
+    """One forward launched on the device, its answers not yet sent: `out` is
+    a numpy array (CPU, null forward) or a host tensor that is valid once
+    `event` (None when already done) has completed."""
+    __slots__ = ("model_id", "version", "batch", "total", "out", "event", "t0", "waits")
+
+    def __init__(self, model_id, version, batch, total, out, event, t0, waits):
+        self.model_id = model_id
+        self.version = version
+        self.batch = batch
+        self.total = total
+        self.out = out
+        self.event = event
+        self.t0 = t0
+        self.waits = waits
 
 
 class _Stats:
@@ -213,6 +241,8 @@ class Batcher:
             raise ValueError(f"autocast must be none, bf16 or fp16, got {options.autocast!r}")
         if options.max_batch < 1 or options.max_wait_us < 0:
             raise ValueError("max_batch must be >= 1 and max_wait_us >= 0")
+        if options.forwards_in_flight < 1:
+            raise ValueError("forwards_in_flight must be >= 1")
         self.ctx = context or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -234,16 +264,27 @@ class Batcher:
         self.queued_rows = collections.Counter()
         self.stats = _Stats(options.max_batch)
         self._running = False
-        self._stage = {}            # wire dtype -> host staging tensor (pinned on GPU)
+        self._stage = {}            # (slot, wire dtype) -> host staging tensor (pinned on GPU)
+        self._flights = collections.deque()     # forwards launched, answers not yet sent (oldest first)
+        # only a GPU computes while the loop goes on; a slot's staging buffer is reused
+        # once its forward is answered, so there are as many slots as forwards in flight
+        self._max_flights = (options.forwards_in_flight
+                             if self.device.type == "cuda" and not options.null_forward else 1)
+        self._slot = 0
+        self._last_done = 0.0       # when the last forward was answered (busy time is not counted twice)
         self._ones = {}             # answer dtype -> ones [rows, num_actions] (null forward)
         self._autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.autocast)
         self._last_log = time.monotonic()
 
     # ---- models
     def install(self, model_id, net, version, spec):
-        """Install (or replace) a model's weights; called between batches."""
-        net = net.to(self.device).eval()
-        self.models[int(model_id)] = _Model(net, int(version), dict(spec))
+        """Install (or replace) a model's weights; called between batches. The
+        batcher serves its own copy on its device: the caller's net is neither
+        moved nor shared, so training it further does not change the answers."""
+        self._set_model(model_id, copy.deepcopy(net).to(self.device), version, spec)
+
+    def _set_model(self, model_id, net, version, spec):
+        self.models[int(model_id)] = _Model(net.eval(), int(version), dict(spec))
 
     # ---- main loop
     def stop(self):
@@ -262,11 +303,15 @@ class Batcher:
         while self._running:
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            timeout_ms = self._poll_timeout_ms()
+            timeout_ms = 0 if self._flights else self._poll_timeout_ms()
             if poller.poll(timeout_ms):
                 self._receive_all()
             self._run_due_batches()
+            if self._flights:       # with nothing to receive, wait (without spinning) for the device
+                self._retire(wait=not P.has_input(self.sock))
             self._maybe_log()
+        while self._flights:
+            self._retire(wait=True)
         return self
 
     def close(self):
@@ -393,7 +438,7 @@ class Batcher:
         # rows queued for the old weights are answered by them (the input size may change)
         while self.queues.get(model_id):
             self._run_model(model_id)
-        self.install(model_id, net, version, spec)
+        self._set_model(model_id, net, version, spec)      # built on self.device, owned by nobody else
         self.stats.weight_updates += 1
         log.info("model %d now at version %d", model_id, version)
         self._reply(identity, {"type": P.ACK, "id": header.get("id"), "model": model_id, "version": version})
@@ -409,7 +454,7 @@ class Batcher:
             if not q:
                 del self.queues[mid]
 
-    def _staged(self, batch, total, cols):
+    def _staged(self, batch, total, cols, slot):
         """The batch's rows copied into one host tensor [total, cols]: on a GPU
         (pinned) in their wire dtype when all share one, so the device gets
         the compact bytes and casts them itself; on the CPU as float32, cast
@@ -418,13 +463,13 @@ class Batcher:
         if ((self.device.type == "cpu" and not self.opts.null_forward)
                 or any(p.rows.dtype != dtype for p in batch)):
             dtype = np.dtype(np.float32)
-        host = self._stage.get(dtype)
+        host = self._stage.get((slot, dtype))
         if host is None or host.shape[0] < total or host.shape[1] != cols:
             cap = max(total, self.opts.max_batch)
             host = torch.from_numpy(np.empty((cap, cols), dtype))
             if self.device.type == "cuda":
                 host = host.pin_memory()
-            self._stage[dtype] = host
+            self._stage[(slot, dtype)] = host
         view = host.numpy()
         off = 0
         for p in batch:
@@ -433,17 +478,20 @@ class Batcher:
             off += n
         return host[:total]
 
-    def _forward(self, model, batch, total):
-        """Advantages [total, num_actions] as a numpy array: float16 when every
-        request of the batch asked for it, else float32."""
-        x = self._staged(batch, total, model.input_size)
+    def _launch(self, model, batch, total, slot):
+        """Start the forward of a batch: (out, event). On the CPU (and with the
+        null forward) it is done: out is the answers [total, num_actions] as
+        numpy, float16 when every request of the batch asked for it, else
+        float32, and event is None. On a GPU out is a pinned host tensor that
+        the device fills asynchronously; it is valid once event has completed."""
+        x = self._staged(batch, total, model.input_size, slot)
         half = all(p.request.adv_dtype is _F16 for p in batch)
         if self.opts.null_forward:
             dtype = _F16 if half else _F32
             ones = self._ones.get(dtype)
             if ones is None or ones.shape[0] < total or ones.shape[1] != model.num_actions:
                 ones = self._ones[dtype] = np.ones((max(total, self.opts.max_batch), model.num_actions), dtype)
-            return ones[:total]
+            return ones[:total], None
         with torch.inference_mode():
             x = x.to(self.device, non_blocking=True)
             if x.dtype != torch.float32:
@@ -453,11 +501,13 @@ class Batcher:
                     y = model.net(x)
             else:
                 y = model.net(x)
-            if half:
-                if self.device.type == "cpu":
-                    return to_float16(y.float().numpy())
-                return y.float().clamp_(-P.FLOAT16_MAX, P.FLOAT16_MAX).half().cpu().numpy()
-            return y.float().cpu().numpy()
+            if self.device.type == "cpu":
+                return (to_float16(y.float().numpy()) if half else y.float().numpy()), None
+            y = y.float().clamp_(-P.FLOAT16_MAX, P.FLOAT16_MAX).half() if half else y.float()
+            out = y.to("cpu", non_blocking=True)        # into pinned memory, in stream order
+            event = torch.cuda.Event(blocking=True)     # waiting on it yields the CPU
+            event.record()
+            return out, event
 
     def _run_model(self, model_id):
         q = self.queues[model_id]
@@ -470,22 +520,53 @@ class Batcher:
         self.queued_rows[model_id] -= total
         if not batch:
             return
+        while len(self._flights) >= self._max_flights:  # this slot's staging buffer must be free
+            self._retire(wait=True)
         t0 = time.monotonic()
         waits = [(t0 - p.arrived) * 1e6 for p in batch]
         try:
-            out = self._forward(model, batch, total)
+            out, event = self._launch(model, batch, total, self._slot)
         except Exception as e:
             log.exception("forward failed for model %d", model_id)
             for p in batch:
                 self._fail(p.request, "forward_failed", f"{type(e).__name__}: {e}")
             return
-        dt = time.monotonic() - t0
-        self.stats.forward(model_id, total, len(batch), dt, waits)
-        off = 0
-        for p in batch:
-            n = p.rows.shape[0]
-            self._answer(p, out[off:off + n], model.version)
-            off += n
+        self._slot = (self._slot + 1) % self._max_flights
+        self._flights.append(_Flight(model_id, model.version, batch, total, out, event, t0, waits))
+        if event is None:
+            self._retire()
+
+    def _retire(self, wait=False):
+        """Answer the finished forwards, oldest first. With wait, block for the
+        oldest if it is still running. A device error that surfaces here fails
+        that forward's requests; the service goes on."""
+        while self._flights:
+            f = self._flights[0]
+            if f.event is not None:
+                try:
+                    if not f.event.query():
+                        if not wait:
+                            return
+                        f.event.synchronize()
+                    out = f.out.numpy()
+                except Exception as e:
+                    self._flights.popleft()
+                    log.exception("forward failed for model %d", f.model_id)
+                    for p in f.batch:
+                        self._fail(p.request, "forward_failed", f"{type(e).__name__}: {e}")
+                    continue
+            else:
+                out = f.out
+            wait = False
+            self._flights.popleft()
+            now = time.monotonic()
+            self.stats.forward(f.model_id, f.total, len(f.batch), now - max(f.t0, self._last_done), f.waits)
+            self._last_done = now
+            off = 0
+            for p in f.batch:
+                n = p.rows.shape[0]
+                self._answer(p, out[off:off + n], f.version)
+                off += n
 
     def _fail(self, request, code, message):
         if not request.failed:

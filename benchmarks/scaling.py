@@ -114,7 +114,7 @@ def _pinned(cpu):
 
 
 def start_batcher(device, hidden, max_batch, torch_threads, null_forward=False, max_wait_us=None, cpu=None,
-                  transport="tcp"):
+                  transport="tcp", forwards_in_flight=None):
     endpoint = local_endpoint(transport)
     cmd = [sys.executable, "-m", "batcher", "--bind", endpoint, "--device", device, "--init-game", "lost_cities",
            "--hidden", *map(str, hidden), "--max-batch", str(max_batch), "--log-interval", "0",
@@ -126,6 +126,8 @@ def start_batcher(device, hidden, max_batch, torch_threads, null_forward=False, 
         cmd.append("--null-forward")
     if max_wait_us is not None:
         cmd += ["--max-wait-us", str(max_wait_us)]
+    if forwards_in_flight is not None:
+        cmd += ["--forwards-in-flight", str(forwards_in_flight)]
     return spawn_batcher(cmd, endpoint, preexec_fn=_pinned(cpu)), endpoint
 
 
@@ -228,7 +230,8 @@ def limit_of(point, cores):
 
 def run_point(args, n_workers, cpus=(None, None)):
     proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.batcher_threads,
-                                   args.null_forward, args.max_wait_us, cpu=cpus[0], transport=args.transport)
+                                   args.null_forward, args.max_wait_us, cpu=cpus[0], transport=args.transport,
+                                   forwards_in_flight=args.forwards_in_flight)
     workers = []
     try:
         workers = [Worker(endpoint, args.groups, args.machines, args.threads, cpu=cpus[1], adv_dtype=args.adv_dtype)
@@ -313,7 +316,8 @@ def saturated_batcher(args, cpus):
     game_cfg, _ = load_config()
     rows = sample_rows(engine.load_game(game_cfg["name"], **(game_cfg.get("params") or {})), args.load_rows)
     proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.batcher_threads, True,
-                                   args.max_wait_us, cpu=cpus[0], transport=args.transport)
+                                   args.max_wait_us, cpu=cpus[0], transport=args.transport,
+                                   forwards_in_flight=args.forwards_in_flight)
     try:
         ctx = mp.get_context("spawn")
         result = ctx.Queue()
@@ -417,6 +421,8 @@ def build_parser():
     ap.add_argument("--threads", type=int, default=1, help="stepping threads per worker")
     ap.add_argument("--max-batch", type=int, default=4096)
     ap.add_argument("--max-wait-us", type=int, default=None, help="the batcher's --max-wait-us (default its own)")
+    ap.add_argument("--forwards-in-flight", type=int, default=None,
+                    help="the batcher's --forwards-in-flight (GPU; default its own)")
     ap.add_argument("--batcher-threads", type=int, default=1, help="batcher torch CPU threads (0 = default)")
     ap.add_argument("--ceiling", action="store_true",
                     help="measure the service's own ceiling (null forward, 1 worker) against its goals")
@@ -459,7 +465,7 @@ def main(argv=None):
     net = "null forward" if args.null_forward else "x".join(map(str, args.hidden)) + " net"
     meta = {"device": args.device, "transport": local_transport(args.transport), "hidden": args.hidden, "null_forward": args.null_forward,
             "cpu_count": os.cpu_count(), "machines": args.machines, "groups": args.groups, "threads": args.threads,
-            "max_batch": args.max_batch, "warmup_s": args.warmup_s, "window_s": args.window_s,
+            "max_batch": args.max_batch, "forwards_in_flight": args.forwards_in_flight, "warmup_s": args.warmup_s, "window_s": args.window_s,
             "config": str(CONFIG.relative_to(ROOT)), "traversal": load_config()[1],
             "loadavg_after": os.getloadavg()}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

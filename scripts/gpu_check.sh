@@ -10,6 +10,8 @@
 #
 #   bash scripts/gpu_check.sh                               # DEVICE=cuda
 #   DEVICE=cpu WORKERS=1,2 QUICK=1 bash scripts/gpu_check.sh   # the same steps, small, on a CPU box
+#   STEPS="tests scaling" TESTS=tests/test_batcher.py WORKERS=12,15 FIF="1 2" bash scripts/gpu_check.sh
+#       # some steps only; the scaling curve once per batcher --forwards-in-flight value
 #
 # Needs the project's Python dependencies (scripts/install.sh, or wheels
 # installed beforehand where nothing can be fetched). Builds in place.
@@ -21,6 +23,10 @@ WORKERS=${WORKERS:-1,4,8,12,15}
 QUICK=${QUICK:-0}
 PY=${PYTHON:-python3}
 TRAIN_WORKERS=${TRAIN_WORKERS:-12}
+STEPS=${STEPS:-tests scaling train bench ceiling}      # the build always runs
+TESTS=${TESTS:-tests/test_batcher.py tests/test_trainer.py}
+FIF=${FIF:-default}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 failed=()
@@ -59,20 +65,26 @@ jobs=$(( $(nproc) > 8 ? 8 : 1 ))
 xdist=()
 [ "$jobs" -gt 1 ] && "$PY" -c "import xdist" 2>/dev/null && xdist=(-n "$jobs")
 export DEEPCFR_TEST_DEVICE=$DEVICE
-step tests 240 "$PY" -m pytest -q --maxfail=10 -p no:cacheprovider "${xdist[@]}" "${tests[@]}" \
-    tests/test_batcher.py tests/test_trainer.py
+# shellcheck disable=SC2086
+has tests && step tests 240 "$PY" -m pytest -q --maxfail=10 -p no:cacheprovider "${xdist[@]}" "${tests[@]}" $TESTS
 
-step scaling 200 "$PY" -m benchmarks.scaling --workers "$WORKERS" --device "$DEVICE" "${window[@]}" \
-    --out /tmp/gpu_check_scaling
-cp /tmp/gpu_check_scaling.json "$OUT/scaling.json" 2>/dev/null
+if has scaling; then
+    for f in $FIF; do
+        fif=()
+        [ "$f" = default ] || fif=(--forwards-in-flight "$f")
+        step scaling 200 "$PY" -m benchmarks.scaling --workers "$WORKERS" --device "$DEVICE" "${window[@]}" \
+            "${fif[@]}" --out "/tmp/gpu_check_scaling_$f"
+        cp "/tmp/gpu_check_scaling_$f.json" "$OUT/scaling_$f.json" 2>/dev/null
+    done
+fi
 
 # a few iterations of the GPU config: warm start, traversal through the batcher, training, evaluation
 rm -rf /tmp/gpu_check_run
-step train 240 "$PY" -m trainer --config configs/lost_cities.yaml --run-dir /tmp/gpu_check_run \
+has train && step train 240 "$PY" -m trainer --config configs/lost_cities.yaml --run-dir /tmp/gpu_check_run \
     --set train.device="$DEVICE" --set service.batcher_device="$DEVICE" --set service.workers="$TRAIN_WORKERS" \
     --set train.iterations=$iters --set train.traversals=$trav "${ws[@]}" --set eval.every=0 \
     --set eval.lc_games=200 --set eval.exploiter_games=0 --set run.progress=false --set run.checkpoint_every=0
-"$PY" - >>"$OUT/train.txt" 2>&1 <<'EOF'
+has train && "$PY" - >>"$OUT/train.txt" 2>&1 <<'EOF'
 import json
 for line in open("/tmp/gpu_check_run/metrics.jsonl"):
     m = json.loads(line)
@@ -81,8 +93,8 @@ for line in open("/tmp/gpu_check_run/metrics.jsonl"):
     print({k: (round(m[k], 4) if isinstance(m[k], float) else m[k]) for k in keys})
 EOF
 
-step bench 120 "$PY" -m batcher.bench --device "$DEVICE" --json --seconds 4 --workers 1
-step ceiling 120 "$PY" -m benchmarks.scaling --ceiling --device "$DEVICE" "${window[@]}" \
+has bench && step bench 120 "$PY" -m batcher.bench --device "$DEVICE" --json --seconds 4 --workers 1
+has ceiling && step ceiling 120 "$PY" -m benchmarks.scaling --ceiling --device "$DEVICE" "${window[@]}" \
     --set rollouts=1 --set rollout_resample=false --out /tmp/gpu_check_ceiling
 
 echo "== done ($(date +%T)); failed steps: ${failed[*]:-none}"

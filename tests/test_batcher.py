@@ -136,13 +136,27 @@ def test_cli_device_cuda_serves_and_a_missing_gpu_is_one_clear_line():
     r = H.run_cli(["-m", "batcher", "--device", f"cuda:{count}", "--bind", f"tcp://127.0.0.1:{H.free_port()}"])
     assert r.returncode != 0 and "no such GPU" in r.stderr and "Traceback" not in r.stderr
     nets = leduc_nets()
-    with H.InProcessBatcher({0: (nets[0], 1)}, device="cuda") as srv:
-        assert srv.batcher.device.type == "cuda"
-        rows = rows_of("float32", 300, seed=7)
-        head, adv = infer_blocking(srv.client(), 0, rows)
-        assert head["type"] == P.RESULT
-        np.testing.assert_allclose(adv, forward(nets[0], rows), atol=ATOL, rtol=0)
-    assert not srv.errors
+    for in_flight in (1, 3):
+        # small batches, so that forwards are launched while earlier ones still run
+        with H.InProcessBatcher({0: (nets[0], 1), 1: (nets[1], 2)}, device="cuda", max_batch=32,
+                                forwards_in_flight=in_flight) as srv:
+            assert srv.batcher.device.type == "cuda"
+            c = srv.client()
+            sent = {}
+            for i in range(60):
+                model, kind = i % 2, ["uint8", "float16", "float32"][i % 3]
+                rows = rows_of(kind, 1 + (7 * i) % 31, seed=200 + i)
+                half = "float16" if i % 4 == 0 else None
+                sent[c.send_infer(model, rows, adv_dtype=half)] = (model, rows, half)
+            got = _collect(c, sent)
+            for rid, (model, rows, half) in sent.items():
+                head, adv = got[rid]
+                assert head["type"] == P.RESULT and head["version"] == model + 1
+                assert adv.dtype == (np.float16 if half else np.float32)
+                np.testing.assert_allclose(adv.astype(np.float32), forward(nets[model], rows),
+                                           atol=2e-3 if half else ATOL, rtol=0)
+            assert c.stats()["forwards"] >= 4
+        assert not srv.errors
 
 
 def test_cli_endpoint_in_use_is_one_clear_line(kuhn_batcher):
@@ -158,6 +172,7 @@ def test_cli_endpoint_in_use_is_one_clear_line(kuhn_batcher):
 @pytest.mark.parametrize("args, words", [
     (["--init-game", "no_such_game"], "no_such_game"),
     (["--max-batch", "0"], "max_batch"),
+    (["--forwards-in-flight", "0"], "forwards_in_flight"),
 ])
 def test_cli_bad_arguments_are_one_clear_line(args, words):
     r = H.run_cli(["-m", "batcher", "--device", "cpu", "--bind", f"tcp://127.0.0.1:{H.free_port()}", *args])
@@ -215,6 +230,21 @@ def test_infer_matches_in_process_forward_for_every_wire_dtype():
             assert head["model"] == model
             np.testing.assert_allclose(adv, forward(nets[model], rows), atol=ATOL, rtol=0)
         assert not c.in_flight
+    assert not srv.errors
+
+
+def test_install_serves_a_copy_of_the_callers_net():
+    nets = leduc_nets()
+    rows = rows_of("float32", 6, seed=3)
+    before = forward(nets[0], rows)
+    with H.InProcessBatcher({0: (nets[0], 1)}) as srv:
+        with torch.no_grad():                    # the caller goes on changing its net
+            for p in nets[0].parameters():
+                p.add_(1.0)
+        assert next(nets[0].parameters()).device.type == "cpu"
+        _, adv = infer_blocking(srv.client(), 0, rows)
+        np.testing.assert_allclose(adv, before, atol=ATOL, rtol=0)
+        assert not np.allclose(forward(nets[0], rows), before, atol=1e-3)
     assert not srv.errors
 
 
@@ -691,6 +721,69 @@ def _collect(client, sent, timeout_s=20.0):
         for rid, head, adv in client.poll(50):
             got[rid] = (head, adv)
     return got
+
+
+class _SlowEvent:
+    """Stands in for a GPU forward's completion event around a real CPU
+    forward: done at its third query or once waited for; with fail it raises
+    as an asynchronous device error would."""
+
+    def __init__(self, fail=False):
+        self.queries, self.waited, self.fail = 0, False, fail
+
+    def query(self):
+        if self.fail:
+            raise RuntimeError("device error (test)")
+        self.queries += 1
+        return self.queries >= 3
+
+    def synchronize(self):
+        if self.fail:
+            raise RuntimeError("device error (test)")
+        self.waited = True
+
+
+def test_forwards_in_flight_are_answered_once_done_and_a_device_error_fails_only_its_batch():
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 1), 1: (nets[1], 2)}, max_batch=16) as srv:
+        b = srv.batcher
+        launch, events, failed, peak = b._launch, [], set(), [0]
+
+        def slow_launch(model, batch, total, slot):
+            peak[0] = max(peak[0], len(b._flights) + 1)
+            out, _ = launch(model, batch, total, slot)
+            events.append(_SlowEvent(fail=len(events) == 5))
+            if events[-1].fail:
+                failed.update(p.request.req_id for p in batch)
+            return torch.from_numpy(np.array(out)), events[-1]
+
+        b._launch, b._max_flights = slow_launch, 3      # as on a GPU with 3 forwards in flight
+        c = srv.client()
+        sent = {}
+        for i in range(50):
+            model = i % 2
+            rows = rows_of(["uint8", "float32"][i % 2], 1 + (5 * i) % 13, seed=300 + i)
+            sent[c.send_infer(model, rows)] = (model, rows)
+        got, errors = {}, 0
+        deadline = time.monotonic() + 20
+        while len(got) + errors < len(sent):
+            assert time.monotonic() < deadline, "replies missing"
+            try:
+                for rid, head, adv in c.poll(50):
+                    got[rid] = (head, adv)
+            except BatcherError as e:
+                assert e.code == "forward_failed" and "device error" in str(e)
+                errors += 1
+        assert failed and errors == len(failed) and set(got) == set(sent) - failed
+        for rid, (head, adv) in got.items():
+            model, rows = sent[rid]
+            assert head["version"] == model + 1
+            np.testing.assert_allclose(adv, forward(nets[model], rows), atol=ATOL, rtol=0)
+        assert len(events) >= 8 and any(e.waited for e in events)
+        assert peak[0] >= 2          # forwards were launched while earlier ones had not finished
+        assert not b._flights
+        assert_serves(srv, nets)                          # and it goes on
+    assert not srv.errors
 
 
 def test_batching_merges_requests_of_one_model_only():
