@@ -506,7 +506,7 @@ class Batcher:
             y = y.float().clamp_(-P.FLOAT16_MAX, P.FLOAT16_MAX).half() if half else y.float()
             out = y.to("cpu", non_blocking=True)        # into pinned memory, in stream order
             event = torch.cuda.Event(blocking=True)     # waiting on it yields the CPU
-            event.record()
+            event.record(torch.cuda.current_stream(self.device))
             return out, event
 
     def _run_model(self, model_id):
