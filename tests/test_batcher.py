@@ -153,8 +153,8 @@ def test_cli_device_cuda_serves_and_a_missing_gpu_is_one_clear_line():
                 head, adv = got[rid]
                 assert head["type"] == P.RESULT and head["version"] == model + 1
                 assert adv.dtype == (np.float16 if half else np.float32)
-                np.testing.assert_allclose(adv.astype(np.float32), forward(nets[model], rows),
-                                           atol=2e-3 if half else ATOL, rtol=0)
+                np.testing.assert_allclose(adv.astype(np.float32), forward(nets[model], rows),   # float16: 11 bits
+                                           atol=1e-3 if half else ATOL, rtol=1e-3 if half else 0)
             assert c.stats()["forwards"] >= 4
         assert not srv.errors
 
@@ -755,7 +755,7 @@ def test_forwards_in_flight_are_answered_once_done_and_a_device_error_fails_only
             events.append(_SlowEvent(fail=len(events) == 5))
             if events[-1].fail:
                 failed.update(p.request.req_id for p in batch)
-            return torch.from_numpy(np.array(out)), events[-1]
+            return torch.from_numpy(np.array(out, copy=True)), events[-1]
 
         b._launch, b._max_flights = slow_launch, 3      # as on a GPU with 3 forwards in flight
         c = srv.client()
