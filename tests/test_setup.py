@@ -131,12 +131,17 @@ def test_interrupted_venv_leaves_nothing(tmp_path, bare_venv):
     The base interpreter is the bare virtualenv's behind a wrapper that makes
     the real virtualenv (without pip) and then blocks where ensurepip would
     run, so the interrupt always lands half-way: a real ensurepip can finish
-    between the check and the signal on a busy machine."""
+    between the check and the signal on a busy machine. The signal is sent
+    once the wrapper says it blocks: sent while the inner `python -m venv` was
+    exiting normally, it left the wrapper running on (bash goes on after a
+    child that survived the interrupt) into a two-minute sleep."""
     d = tmp_path / "v"
     base = tmp_path / "python-with-slow-ensurepip"
+    blocking = tmp_path / "blocking"
     base.write_text("#!/usr/bin/env bash\n"
                     'if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then\n'
                     f'    "{bare_venv / "bin" / "python"}" -m venv --without-pip "${{@:3}}" || exit 1\n'
+                    f'    touch "{blocking}"\n'
                     "    exec sleep 120\n"
                     "fi\n"
                     f'exec "{bare_venv / "bin" / "python"}" "$@"\n')
@@ -149,9 +154,10 @@ def test_interrupted_venv_leaves_nothing(tmp_path, bare_venv):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
-        while not (d / "bin" / "python").exists() and proc.poll() is None and time.monotonic() < deadline:
+        while not blocking.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert proc.poll() is None, "venv.sh finished before it could be interrupted"
+        assert (d / "bin" / "python").exists()           # half-way: a virtualenv without pip
         os.killpg(proc.pid, signal.SIGINT)        # what a terminal's Ctrl-C sends
         _, err = proc.communicate(timeout=60)
     finally:
