@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The prepared GPU check: one short run on a GPU box (about 6 minutes on 16
-# cores) that builds the extensions, runs the batcher and trainer test suites
+# The prepared GPU check: one short run on a GPU box (7 minutes on a 16-core
+# H200 box, 2026-11-30; docs/benchmarks.md "GPU box") that builds the extensions, runs the batcher and trainer test suites
 # against CUDA, measures the steady-state worker scaling curve with the
 # default Lost Cities network, trains a few iterations of
 # configs/lost_cities.yaml on the GPU, and measures the batcher and the
