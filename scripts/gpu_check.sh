@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The prepared GPU check: one short run on a GPU box (7 minutes on a 16-core
 # H200 box, 2026-11-30; docs/benchmarks.md "GPU box") that builds the
-# extensions, runs the batcher and trainer test suites against CUDA, measures the steady-state worker scaling curve with the
-# default Lost Cities network, trains a few iterations of
-# configs/lost_cities.yaml on the GPU, and measures the batcher and the
-# service's own ceiling. Each step runs under its own time limit and writes
-# $OUT/<step>.txt (at most 8 files); a failed step is reported and the next
+# extensions, runs the batcher and trainer test suites against CUDA,
+# measures the steady-state worker scaling curve with the default Lost
+# Cities network, trains a few iterations of configs/lost_cities.yaml on the
+# GPU, and measures the batcher and the service's own ceiling. Each step
+# runs under its own time limit and writes $OUT/<step>.txt (at most 8
+# files); a failed step is reported and the next
 # one still runs. The exit status is 1 if any step failed.
 #
 #   bash scripts/gpu_check.sh                               # DEVICE=cuda
