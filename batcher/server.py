@@ -67,27 +67,27 @@ class BindError(RuntimeError):
     pass
 
 
-def resolve_device(name):
-    """'auto' -> cuda if available else cpu; 'cuda' without CUDA raises DeviceError."""
+def resolve_device(name, what="--device"):
+    """'auto' -> cuda if available else cpu; 'cuda' without CUDA, or a GPU
+    index that is not there, raises DeviceError naming `what` (the option or
+    config key the name came from)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
-            raise DeviceError(f"--device {name}: CUDA is not available ({why}, torch {torch.__version__})")
+            raise DeviceError(f"{what} {name}: CUDA is not available ({why}, torch {torch.__version__})")
         try:
             device = torch.device(name)
         except RuntimeError:
-            raise DeviceError(f"--device {name}: not a device name (use cuda or cuda:N)") from None
-        if device.type != "cuda":
-            raise DeviceError(f"--device {name}: not a device name (use cuda or cuda:N)")
+            raise DeviceError(f"{what} {name}: not a device name (use cuda or cuda:N)") from None
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise DeviceError(f"--device {name}: no such GPU ({count} visible: cuda:0..cuda:{count - 1})")
+            raise DeviceError(f"{what} {name}: no such GPU ({count} visible: cuda:0..cuda:{count - 1})")
         return device
     if name == "cpu":
         return torch.device("cpu")
-    raise DeviceError(f"--device {name}: unknown device (use auto, cuda or cpu)")
+    raise DeviceError(f"{what} {name}: unknown device (use auto, cuda or cpu)")
 
 
 @dataclass

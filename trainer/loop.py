@@ -24,7 +24,7 @@ import torch
 import engine
 from batcher.client import BatcherClient
 from batcher.networks import MLP
-from batcher.server import DeviceError, resolve_device
+from batcher.server import resolve_device
 from trainer import checkpoint as ck
 from trainer.config import config_to_dict
 from trainer.jobs import Job, JobServer
@@ -41,11 +41,8 @@ STRATEGY_MODEL = 2
 
 
 def _device(name):
-    """train.device as a torch.device; the batcher's checks, named for the config key."""
-    try:
-        return resolve_device(name)
-    except DeviceError as e:
-        raise RuntimeError(str(e).replace("--device", "train.device", 1)) from None
+    """train.device as a torch.device, with the batcher's checks (DeviceError is a RuntimeError)."""
+    return resolve_device(name, "train.device")
 
 
 def _adam(net, lr):
