@@ -13,6 +13,9 @@
 #   DEVICE=cpu WORKERS=1,2 QUICK=1 bash scripts/gpu_check.sh   # the same steps, small, on a CPU box
 #   STEPS="tests scaling" TESTS=tests/test_batcher.py WORKERS=12,15 FIF="1 2" bash scripts/gpu_check.sh
 #       # some steps only; the scaling curve once per batcher --forwards-in-flight value
+#   STEPS=scaling WORKERS=12,15 ADV="float32 float16 float32 float16" bash scripts/gpu_check.sh
+#       # the scaling curve once per answer dtype, in the order given (alternate to see drift);
+#       # the ceiling once per distinct answer dtype
 #
 # Needs the project's Python dependencies (scripts/install.sh, or wheels
 # installed beforehand where nothing can be fetched). Builds in place.
@@ -27,6 +30,7 @@ TRAIN_WORKERS=${TRAIN_WORKERS:-12}
 STEPS=${STEPS:-tests scaling train bench ceiling}      # the build always runs
 TESTS=${TESTS:-tests/test_batcher.py tests/test_trainer.py}
 FIF=${FIF:-default}
+ADV=${ADV:-float32}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -70,13 +74,19 @@ export DEEPCFR_TEST_DEVICE=$DEVICE
 has tests && step tests 240 "$PY" -m pytest -q --maxfail=10 -p no:cacheprovider "${xdist[@]}" "${tests[@]}" $TESTS
 
 if has scaling; then
+    n=0
+    rm -rf /tmp/gpu_check_scaling_json && mkdir -p /tmp/gpu_check_scaling_json
     for f in $FIF; do
         fif=()
         [ "$f" = default ] || fif=(--forwards-in-flight "$f")
-        step scaling 200 "$PY" -m benchmarks.scaling --workers "$WORKERS" --device "$DEVICE" "${window[@]}" \
-            "${fif[@]}" --out "/tmp/gpu_check_scaling_$f"
-        cp "/tmp/gpu_check_scaling_$f.json" "$OUT/scaling_$f.json" 2>/dev/null
+        for a in $ADV; do
+            n=$((n + 1))
+            step scaling 200 "$PY" -m benchmarks.scaling --workers "$WORKERS" --device "$DEVICE" "${window[@]}" \
+                "${fif[@]}" --adv-dtype "$a" --out "/tmp/gpu_check_scaling_$n"
+            cp "/tmp/gpu_check_scaling_$n.json" "/tmp/gpu_check_scaling_json/${n}_fif${f}_$a.json" 2>/dev/null
+        done
     done
+    tar -C /tmp/gpu_check_scaling_json -cf "$OUT/scaling_json.tar" .     # one file back, whatever the count
 fi
 
 # a few iterations of the GPU config: warm start, traversal through the batcher, training, evaluation
@@ -95,8 +105,12 @@ for line in open("/tmp/gpu_check_run/metrics.jsonl"):
 EOF
 
 has bench && step bench 120 "$PY" -m batcher.bench --device "$DEVICE" --json --seconds 4 --workers 1
-has ceiling && step ceiling 120 "$PY" -m benchmarks.scaling --ceiling --device "$DEVICE" "${window[@]}" \
-    --set rollouts=1 --set rollout_resample=false --out /tmp/gpu_check_ceiling
+if has ceiling; then
+    for a in $(printf '%s\n' $ADV | awk '!seen[$0]++'); do      # once per answer dtype
+        step ceiling 120 "$PY" -m benchmarks.scaling --ceiling --device "$DEVICE" "${window[@]}" --adv-dtype "$a" \
+            --set rollouts=1 --set rollout_resample=false --out "/tmp/gpu_check_ceiling_$a"
+    done
+fi
 
 echo "== done ($(date +%T)); failed steps: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]

@@ -199,3 +199,26 @@ def test_batcher_killed_mid_run_leaves_no_negative_rate(tmp_path, monkeypatch):
     assert [m["iteration"] for m in lines] == [1, 2]
     for m in lines:
         assert m["batcher_rows"] > 0 and m["queries_per_s"] > 0, m
+
+
+def test_float16_answers_reach_the_local_workers(tmp_path, monkeypatch):
+    """service.adv_dtype: float16 starts every local worker asking float16
+    answers, and a run trains on them; a bad value is refused by name."""
+    from trainer import launcher, loop
+    from trainer.config import ConfigError
+    services = {}
+
+    class Remembered(launcher.LocalServices):
+        def start(self):
+            services["it"] = self
+            return super().start()
+
+    monkeypatch.setattr(loop, "LocalServices", Remembered)
+    with pytest.raises(ConfigError, match="service.adv_dtype"):
+        load_config(ROOT / "configs" / "leduc.yaml", LEDUC + ["service.adv_dtype=bfloat16"])
+    cfg = load_config(ROOT / "configs" / "leduc.yaml", LEDUC + ["service.adv_dtype=float16"])
+    last = loop.Trainer(cfg, tmp_path / "run", log=lambda *_: None).run()
+    cmd = services["it"].workers[0].cmd
+    assert cmd[cmd.index("--adv-dtype") + 1] == "float16"
+    assert last["iteration"] == 2 and last["batcher_rows"] > 0 and last["dropped_rows"] == 0, last
+    assert last["samples_adv_0"] > 0 and last["samples_adv_1"] > 0, last

@@ -90,6 +90,40 @@ def test_blueprint_candidates_and_playouts():
         assert values[j] == pytest.approx(np.mean(finals))
 
 
+@pytest.mark.parametrize("depth", [0, 2])
+def test_mixed_playouts_give_the_searcher_the_blueprint_and_the_opponent_the_heuristic(depth):
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    bp = _blueprint(game, seed=1)
+    state = _midgame(game, 5)
+    player = SearchPlayer(game, blueprint=bp, worlds=3, chunk=3, playout="mixed", depth=depth, halving=False,
+                          seed=3)
+    seed = int(np.random.default_rng([3, 0x5EA2C4]).integers(1 << 62))
+    cands, values, _ = player.search(state)
+    assert cands == state.legal_actions()
+    me = state.current_player()
+    for j, a in enumerate(cands):
+        finals = []
+        for world in _replay_worlds(game, state, seed, 3):
+            s = world.clone()
+            s.apply_action(a)
+            mine = 0
+            while not s.is_terminal():
+                if s.current_player() == me and (depth == 0 or mine < depth):
+                    s.apply_action(bp.step(s))      # the greedy blueprint for the searcher's next `depth`
+                    mine += 1
+                elif s.current_player() == me:
+                    break
+                else:
+                    s.apply_action(game.heuristic_action(s))
+            while not s.is_terminal():               # then the heuristic for both
+                s.apply_action(game.heuristic_action(s))
+            finals.append(s.returns()[me])
+        assert values[j] == pytest.approx(np.mean(finals))
+    assert "playout=mixed,depth=%d" % depth in player.name
+    with pytest.raises(ValueError, match="need a blueprint"):
+        SearchPlayer(game, playout="mixed")
+
+
 def test_search_beats_random_and_keeps_to_its_time_budget():
     game = engine.load_game("lost_cities", **LC_SMALL)
     r = duplicate_match(game, SearchPlayer(game, worlds=8, seed=0), "random", 8, seed=5)

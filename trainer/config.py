@@ -113,6 +113,8 @@ class ServiceSection:
     """Restarts allowed per local child before the run stops with an error."""
     curve_keys: str = ""
     """Directory of CURVE keys (python -m batcher.keys DIR): authenticate batcher, jobs and workers."""
+    adv_dtype: str = "float32"
+    """dtype the batcher answers local workers in: float32 (exact: the samples of an in-process traversal) or float16 (half the answer bytes, less batcher CPU per row; advantages rounded to 11 significant bits)."""
     heartbeat_timeout_s: float = 60.0
     """A worker silent this long while holding a job is presumed dead; its job is handed out again."""
 
@@ -303,6 +305,7 @@ def validate(cfg):
         ("service.max_restarts", cfg.service.max_restarts >= 0),
         ("service.autocast", cfg.service.autocast in ("none", "bf16", "fp16")),
         ("service.batcher_transport", cfg.service.batcher_transport in ("ipc", "tcp")),
+        ("service.adv_dtype", cfg.service.adv_dtype in ("float32", "float16")),
         ("train.warm_start_games", cfg.train.warm_start_games >= 0),
         ("train.warm_start_weight", cfg.train.warm_start_weight > 0),
         ("train.warm_start_advantage", cfg.train.warm_start_advantage > 0),

@@ -335,7 +335,7 @@ def build_parser():
                     help="the exploiter's sampled deals of the hidden cards per decision (default 16)")
     ap.add_argument("--search", default=None, metavar="SETTINGS",
                     help="Lost Cities: evaluate the search player with this checkpoint's policy as its "
-                         "blueprint, e.g. worlds=64,topk=4[,playout=blueprint|heuristic,depth=4,time=1000] "
+                         "blueprint, e.g. worlds=64,topk=4[,playout=blueprint|mixed|heuristic,depth=4,time=1000] "
                          "(time in ms per decision; trainer/search.py)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--greedy", action="store_true", help="same as appending -greedy to --policy")

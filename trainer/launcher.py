@@ -135,7 +135,8 @@ class LocalServices:
         for i in range(self.svc.workers):
             cmd = [py, "-m", "traverser", "--trainer", self.jobs_endpoint, "--batcher", self.batcher_endpoint,
                    "--threads", str(self.svc.worker_threads), "--groups", str(self.svc.groups),
-                   "--machines", str(self.svc.machines), "--curve-keys", self.svc.curve_keys]
+                   "--machines", str(self.svc.machines), "--curve-keys", self.svc.curve_keys,
+                   "--adv-dtype", self.svc.adv_dtype]
             self.workers.append(Child(f"worker{i}", cmd, self.run_dir / "logs" / f"worker{i}.log").start())
         return self
 

@@ -15,8 +15,10 @@ At each decision the player
   3. plays every candidate in every world and plays the game out: with the
      heuristic (`playout="heuristic"`), uniformly at random, or with the
      blueprint for both sides for `depth` decisions and the heuristic after
-     (`playout="blueprint"`); every playout of the decision advances together,
-     so the blueprint's forwards are batched;
+     (`playout="blueprint"`), or with the blueprint for the searching player's
+     next `depth` decisions (0: all of them) and the heuristic for the
+     opponent, then for both (`playout="mixed"`); every playout of the
+     decision advances together, so the blueprint's forwards are batched;
   4. plays the candidate with the best mean final score difference; or,
      with `prefer=True` and a blueprint, the blueprint's own most likely
      move unless the search dropped it as worse (it left the race, or was
@@ -67,7 +69,7 @@ import numpy as np
 from engine._batch import StateBatch
 from engine._lc_search import race_values, search_values
 
-PLAYOUTS = ("heuristic", "random", "blueprint")
+PLAYOUTS = ("heuristic", "random", "blueprint", "mixed")
 SCHEDULES = ("race", "halving", "plain")
 
 
@@ -84,7 +86,7 @@ class SearchPlayer:
             raise ValueError(f"worlds and chunk must be at least 1, got {worlds} and {chunk}")
         if playout not in PLAYOUTS:
             raise ValueError(f"playout must be one of {', '.join(PLAYOUTS)}, got {playout!r}")
-        if (topk > 0 or playout == "blueprint") and blueprint is None:
+        if (topk > 0 or playout in ("blueprint", "mixed")) and blueprint is None:
             raise ValueError("topk and blueprint playouts need a blueprint (a trained run)")
         if prefer and blueprint is None:
             raise ValueError("prefer keeps the blueprint's move: it needs a blueprint (a trained run)")
@@ -134,7 +136,7 @@ class SearchPlayer:
             parts.append(f"topk={self.topk}")
         if self.prefer:
             parts.append("prefer=blueprint")
-        parts.append(f"playout={self.playout}" + (f",depth={self.depth}" if self.playout == "blueprint" else ""))
+        parts.append(f"playout={self.playout}" + (f",depth={self.depth}" if self.playout in ("blueprint", "mixed") else ""))
         if self.time_limit_s:
             parts.append(f"time={self.time_limit_s * 1000:g}ms")
         return "search(" + ",".join(parts) + ")"
@@ -245,6 +247,8 @@ class SearchPlayer:
             self._opponent_turn(me, n, K, seed)
         if self.playout == "blueprint":
             self._blueprint_steps(n, self.depth)
+        elif self.playout == "mixed":
+            self._mixed_steps(me, seed, n, self.depth)
         b.playout(seed, 0, n, policy="random" if self.playout == "random" else "game")
         return b.returns(me, 0, n).reshape(A, K)
 
@@ -291,6 +295,22 @@ class SearchPlayer:
             if not live:
                 return
             b.apply(np.concatenate(actions_rows), np.concatenate(actions))
+
+    def _mixed_steps(self, me, seed, n, depth):
+        """The blueprint plays `me`'s next `depth` decisions (0: every one to
+        the end) in every live row, one batched forward per decision, and the
+        playout policy plays the opponent's moves in between."""
+        b = self.batch
+        done = 0
+        while not depth or done < depth:
+            b.advance(1 - me, seed, 0, n, policy="game")
+            rows = np.flatnonzero(b.current_players(0, n) == me)
+            if len(rows) == 0:
+                return
+            m = len(rows)
+            b.encode(rows, me, self.info, self.mask)
+            b.apply(rows, self.blueprint.actions(self.info[:m], self.mask[:m], np.full(m, me)))
+            done += 1
 
     def step(self, state):
         legal = state.legal_actions()
