@@ -7,8 +7,9 @@ traverser --seconds`), so no worker runs dry. After --warmup-s the batcher's
 counters and every worker's counters are read at the start and at the end of
 a --window-s window; only nodes finished inside the window count. Per point:
 nodes/s, the batcher's rows/s, mean batch, busy fraction (forward time /
-window), CPU use (process CPU time / window) and CPU time per row, each
-worker's CPU use, and what limits the point. Other axes: --machines (per
+window), CPU use (process CPU time / window) and CPU time per row, split
+between its main thread and ZeroMQ's I/O thread (Linux), each worker's CPU
+use, and what limits the point. Other axes: --machines (per
 group), --groups, --threads (per worker), --max-batch. The batcher listens on
 an ipc:// endpoint (a Unix socket, as the trainer's local workers use) or,
 with --transport tcp, on 127.0.0.1. Writes OUT.json, OUT.csv and OUT.png.
@@ -192,6 +193,40 @@ def machine_busy(m0, m1):
     return (m1[0] - m0[0]) / (m1[1] - m0[1])
 
 
+def thread_cpu(pid):
+    """CPU seconds so far of process pid's threads, by role: "main" (the
+    thread whose id is pid), "zmq_io" (ZeroMQ's I/O threads) and "other"
+    (Linux /proc; {} where it cannot be read)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue                       # the thread ended
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        role = "main" if int(tid) == pid else "zmq_io" if name.startswith("ZMQbg/IO") else "other"
+        out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick    # utime + stime
+    return out
+
+
+THREAD_ROLES = ("main", "zmq_io", "other")
+
+
+def thread_shares(c0, c1, seconds):
+    """Each role's share of a core between two thread_cpu() readings, as
+    batcher_<role>_cpu (NaN where /proc could not be read)."""
+    if not c0 or not c1:
+        return {f"batcher_{role}_cpu": float("nan") for role in THREAD_ROLES}
+    return {f"batcher_{role}_cpu": (c1.get(role, 0.0) - c0.get(role, 0.0)) / seconds for role in THREAD_ROLES}
+
+
 def batcher_stats(endpoint):
     client = BatcherClient(endpoint, timeout_s=30)
     try:
@@ -243,9 +278,9 @@ def run_point(args, n_workers, cpus=(None, None)):
                     w.proc.stderr.read()[-500:] for w in workers if w.proc.poll() is not None))
             time.sleep(0.05)
         time.sleep(args.warmup_s)
-        t0, s0, m0 = time.monotonic(), batcher_stats(endpoint), machine_cpu()
+        t0, s0, m0, c0 = time.monotonic(), batcher_stats(endpoint), machine_cpu(), thread_cpu(proc.pid)
         time.sleep(args.window_s)
-        t1, s1, m1 = time.monotonic(), batcher_stats(endpoint), machine_cpu()
+        t1, s1, m1, c1 = time.monotonic(), batcher_stats(endpoint), machine_cpu(), thread_cpu(proc.pid)
         for w in workers:
             w.stop()
         deltas = [window_delta(w.samples, t0, t1) for w in workers]
@@ -261,6 +296,7 @@ def run_point(args, n_workers, cpus=(None, None)):
              "window_s": t1 - t0, "queries_per_node": sum(d["queries"] for d in deltas) / max(nodes, 1),
              "worker_cpu_mean": float(np.mean([d["cpu_s"] / d["seconds"] for d in deltas])),
              **batcher_window(s0, s1, t1 - t0), "machine_busy": machine_busy(m0, m1),
+             **thread_shares(c0, c1, t1 - t0),
              "p99_latency_ms": s1["queue_wait_us"]["p99"] / 1000 + s1["forward_ms_mean"]}
     point["limit"] = limit_of(point, os.cpu_count())
     return point
@@ -326,16 +362,16 @@ def saturated_batcher(args, cpus):
                                                        args.adv_dtype))
         gen.start()
         time.sleep(args.warmup_s)
-        t0, s0 = time.monotonic(), batcher_stats(endpoint)
+        t0, s0, c0 = time.monotonic(), batcher_stats(endpoint), thread_cpu(proc.pid)
         time.sleep(args.window_s)
-        t1, s1 = time.monotonic(), batcher_stats(endpoint)
+        t1, s1, c1 = time.monotonic(), batcher_stats(endpoint), thread_cpu(proc.pid)
         gen.join(60)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
         remove_local_endpoint(endpoint)
     return {"rows_per_message": 2 * args.load_rows, "in_flight": args.load_in_flight, "adv_dtype": args.adv_dtype,
-            **batcher_window(s0, s1, t1 - t0)}
+            **batcher_window(s0, s1, t1 - t0), **thread_shares(c0, c1, t1 - t0)}
 
 
 def ceiling(args):
@@ -370,7 +406,8 @@ def print_ceiling(c):
     print(f"  batcher at saturation ({s['rows_per_message']}-row messages, {s['in_flight']} in flight, "
           f"{s.get('adv_dtype', 'float32')} answers): "
           f"{s['batcher_cpu_us_per_row']:.2f} us CPU per row (goal <= {c['goal_cpu_us_per_row']} us), "
-          f"{s['batcher_rows_per_s']:,.0f} rows/s, batcher CPU {s['batcher_cpu']:.2f} of a core, "
+          f"{s['batcher_rows_per_s']:,.0f} rows/s, batcher CPU {s['batcher_cpu']:.2f} of a core "
+          f"(main thread {s['batcher_main_cpu']:.2f}, ZeroMQ I/O {s['batcher_zmq_io_cpu']:.2f}), "
           f"mean batch {s['mean_batch']:.0f}")
     print(f"  1 worker ({c['groups']} groups x {c['machines']} machines): {r['nodes_per_s']:,.0f} nodes/s, "
           f"worker CPU {r['worker_cpu_mean']:.2f} of a core; batcher {r['batcher_rows_per_s']:,.0f} rows/s at "
@@ -459,7 +496,8 @@ def main(argv=None):
         rows.append(r)
         print(f"{n:3d} workers: {r['nodes_per_s']:>10,.0f} nodes/s | batcher {r['batcher_rows_per_s']:>10,.0f} rows/s, "
               f"mean batch {r['mean_batch']:6.1f}, busy {r['batcher_busy']:.2f}, CPU {r['batcher_cpu']:.2f} "
-              f"({r['batcher_cpu_us_per_row']:.2f} us/row) | worker CPU {r['worker_cpu_mean']:.2f} | "
+              f"({r['batcher_cpu_us_per_row']:.2f} us/row; main thread {r['batcher_main_cpu']:.2f}, ZeroMQ I/O "
+              f"{r['batcher_zmq_io_cpu']:.2f}) | worker CPU {r['worker_cpu_mean']:.2f} | "
               f"machine busy {r['machine_busy']:.2f} | "
               f"p99 wait+forward {r['p99_latency_ms']:.1f} ms | {r['limit']}", flush=True)
     net = "null forward" if args.null_forward else "x".join(map(str, args.hidden)) + " net"

@@ -5,6 +5,7 @@ traversal supply, and the steady-state benchmark's window accounting.
 Real ZeroMQ sockets on loopback, real subprocesses, real PyTorch nets.
 """
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -605,3 +606,29 @@ def test_scaling_benchmark_smoke(tmp_path):
     assert row["nodes_per_s"] > 0 and row["window_nodes"] > 0 and 0.5 < row["window_s"] < 5
     assert row["batcher_rows_per_s"] > 0 and row["batcher_cpu_us_per_row"] > 0 and row["limit"]
     assert out.with_suffix(".csv").exists() and out.with_suffix(".png").stat().st_size > 0
+
+
+def test_thread_cpu_splits_a_process_by_thread_role():
+    """benchmarks.scaling.thread_cpu: the main thread's CPU grows with work done
+    on it, ZeroMQ's I/O thread is named as such, and the shares come out per
+    role (NaN where nothing could be read)."""
+    import zmq
+    from benchmarks.scaling import THREAD_ROLES, thread_cpu, thread_shares
+    ctx = zmq.Context()                       # starts an I/O thread in this process
+    sock = ctx.socket(zmq.PAIR)
+    try:
+        sock.bind("inproc://thread-roles")
+        c0, t0 = thread_cpu(os.getpid()), time.monotonic()
+        end = time.process_time() + 0.3
+        while time.process_time() < end:      # 0.3 s of CPU on the main thread
+            pass
+        c1, t1 = thread_cpu(os.getpid()), time.monotonic()
+    finally:
+        sock.close(0)
+        ctx.term()
+    assert "zmq_io" in c1 and set(c1) <= set(THREAD_ROLES)
+    assert c1["main"] - c0["main"] >= 0.2
+    shares = thread_shares(c0, c1, t1 - t0)
+    assert set(shares) == {f"batcher_{r}_cpu" for r in THREAD_ROLES}
+    assert shares["batcher_main_cpu"] * (t1 - t0) == pytest.approx(c1["main"] - c0["main"])
+    assert thread_cpu(-1) == {} and all(np.isnan(v) for v in thread_shares({}, c1, 1.0).values())
