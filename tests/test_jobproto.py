@@ -3,6 +3,7 @@ a worker's import graph, and one job over real loopback sockets."""
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +120,45 @@ def test_one_job_over_loopback_with_a_bad_chunk_dropped():
     assert len(committed) == 1 and len(committed[0][1]) == 1 and committed[0][2] == []
     np.testing.assert_array_equal(committed[0][1][0]["traversal"], [10, 11, 12])
     assert any("sample kind 'bogus' is not adv or strat" in line for line in logs), logs
+
+
+def test_one_job_per_worker_the_trainer_has_heard_from():
+    """With workers started elsewhere (service.workers 0), a phase is cut into
+    one job per worker that has said hello, read between phases; a worker
+    silent past the heartbeat timeout no longer counts. Local workers count
+    as configured, and service.job_size overrides both."""
+    from types import SimpleNamespace
+    from trainer.config import Config
+    from trainer.jobs import JobServer
+    from trainer.loop import Trainer
+    ctx = zmq.Context()
+    server = JobServer("tcp://127.0.0.1:0", heartbeat_timeout_s=30, context=ctx)
+    socks = []
+    try:
+        cfg = Config()
+        cfg.train.traversals, cfg.service.workers = 2000, 0
+        me = SimpleNamespace(cfg=cfg)
+        assert server.live_workers() == 0 and Trainer._job_size(me, server) == 2000
+        for pid in (11, 12, 13):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(server.endpoint)
+            s.send_multipart(P.pack({"type": J.HELLO, "pid": pid}))
+            s.send_multipart(P.pack({"type": J.READY, "pid": pid}))
+            socks.append(s)
+        deadline = time.monotonic() + 10
+        while server.live_workers() < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.live_workers() == 3 and sorted(w["pid"] for w in server.workers.values()) == [11, 12, 13]
+        assert Trainer._job_size(me, server) == 667
+        next(iter(server.workers.values()))["last"] -= 31           # silent past the timeout
+        assert server.live_workers() == 2 and Trainer._job_size(me, server) == 1000
+        cfg.service.workers = 4
+        assert Trainer._job_size(me, server) == 500
+        cfg.service.job_size = 64
+        assert Trainer._job_size(me, server) == 64
+    finally:
+        for s in socks:
+            s.close(0)
+        server.close()
+        ctx.term()

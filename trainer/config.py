@@ -96,7 +96,7 @@ class ServiceSection:
     machines: int = 128
     """State machines per group."""
     job_size: int = 0
-    """Traversals per job (0 = traversals / (2 * workers), at least 1)."""
+    """Traversals per job (0 = one job per worker and phase: traversals / workers, counting workers started elsewhere that the trainer has heard from; at least 1)."""
     batcher_device: str = "auto"
     """Device of the embedded batcher: auto, cuda or cpu."""
     batcher_transport: str = "ipc"

@@ -68,6 +68,7 @@ class JobServer:
                 raise RuntimeError(f"cannot bind the job endpoint {bind}: {e.strerror}") from None
             self.endpoint = bind
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.log = None
         self.workers = {}          # identity -> {"pid": int, "last": time, "job": Job or None}
         self.waiting = collections.OrderedDict()   # identities whose `ready` awaits a job
         self.requeued = 0
@@ -79,6 +80,19 @@ class JobServer:
 
     def connected_workers(self):
         return len(self.workers)
+
+    def live_workers(self):
+        """Workers heard from within the heartbeat timeout, counted after
+        reading what they sent while no phase ran (their hellos and repeated
+        readies; anything about an old job is ignored)."""
+        while True:
+            try:
+                frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            self._handle(frames, {}, {}, None, None)
+        now = time.monotonic()
+        return sum(1 for w in self.workers.values() if now - w["last"] <= self.heartbeat_timeout_s)
 
     def _send(self, identity, header, *frames):
         try:

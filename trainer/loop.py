@@ -136,10 +136,19 @@ class Trainer:
         return [Job(job_id=k, iteration=t, traverser=p, ids=ids[i:i + job_size], weight=float(t))
                 for k, i in enumerate(range(0, n, job_size))]
 
+    def _job_size(self, server):
+        """service.job_size, or one job per worker: the local workers, or
+        with workers started elsewhere (service.workers 0) those the job
+        server has heard from lately (at least one). A worker runs a job's
+        traversals all at once, so larger jobs keep more of its machines
+        busy (docs/benchmarks.md, "Jobs")."""
+        if self.cfg.service.job_size:
+            return self.cfg.service.job_size
+        workers = self.cfg.service.workers or server.live_workers()
+        return max(1, math.ceil(self.cfg.train.traversals / max(1, workers)))
+
     def _traverse(self, server, services, t, p, job_config):
-        job_size = self.cfg.service.job_size or max(1, math.ceil(self.cfg.train.traversals /
-                                                                 (2 * max(1, self.cfg.service.workers))))
-        jobs = self._jobs(t, p, job_size)
+        jobs = self._jobs(t, p, self._job_size(server))
         bar = self._bar(total=self.cfg.train.traversals, desc=f"iter {t} traverse p{p}", unit="trav")
         added = {"adv": 0, "strat": 0}
         held_out = {"rows": 0, "chunks": []}
