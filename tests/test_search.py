@@ -40,6 +40,21 @@ def _replay_worlds(game, state, seed, k):
     return [worlds.state(w) for w in range(k)]
 
 
+def _mean_final(game, state, seed, k, action, then):
+    """The player to act's mean final return over the k replayed worlds when
+    it plays `action`, then then(s) plays on, then the heuristic for both."""
+    me = state.current_player()
+    finals = []
+    for world in _replay_worlds(game, state, seed, k):
+        s = world.clone()
+        s.apply_action(action)
+        then(s)
+        while not s.is_terminal():
+            s.apply_action(game.heuristic_action(s))
+        finals.append(s.returns()[me])
+    return np.mean(finals)
+
+
 def test_search_values_are_heuristic_playouts_of_every_action_in_every_world():
     game = engine.load_game("lost_cities", **LC_SMALL)
     state = _midgame(game, 3)
@@ -74,20 +89,14 @@ def test_blueprint_candidates_and_playouts():
     seed = int(np.random.default_rng([2, 0x5EA2C4]).integers(1 << 62))
     cands, values, _ = player.search(state)
     assert cands == top
-    me = state.current_player()
+
+    def blueprint_both(s):                   # the greedy blueprint for both sides, then the heuristic
+        for _ in range(3):
+            if s.is_terminal():
+                break
+            s.apply_action(bp.step(s))
     for j, a in enumerate(cands):
-        finals = []
-        for world in _replay_worlds(game, state, seed, 3):
-            s = world.clone()
-            s.apply_action(a)
-            for _ in range(3):               # the greedy blueprint for both sides, then the heuristic
-                if s.is_terminal():
-                    break
-                s.apply_action(bp.step(s))
-            while not s.is_terminal():
-                s.apply_action(game.heuristic_action(s))
-            finals.append(s.returns()[me])
-        assert values[j] == pytest.approx(np.mean(finals))
+        assert values[j] == pytest.approx(_mean_final(game, state, seed, 3, a, blueprint_both))
 
 
 @pytest.mark.parametrize("depth", [0, 2])
@@ -101,24 +110,19 @@ def test_mixed_playouts_give_the_searcher_the_blueprint_and_the_opponent_the_heu
     cands, values, _ = player.search(state)
     assert cands == state.legal_actions()
     me = state.current_player()
-    for j, a in enumerate(cands):
-        finals = []
-        for world in _replay_worlds(game, state, seed, 3):
-            s = world.clone()
-            s.apply_action(a)
-            mine = 0
-            while not s.is_terminal():
-                if s.current_player() == me and (depth == 0 or mine < depth):
-                    s.apply_action(bp.step(s))      # the greedy blueprint for the searcher's next `depth`
-                    mine += 1
-                elif s.current_player() == me:
-                    break
-                else:
-                    s.apply_action(game.heuristic_action(s))
-            while not s.is_terminal():               # then the heuristic for both
+
+    def mixed(s):       # the greedy blueprint for the searcher's next `depth`, the heuristic for the opponent
+        mine = 0
+        while not s.is_terminal():
+            if s.current_player() != me:
                 s.apply_action(game.heuristic_action(s))
-            finals.append(s.returns()[me])
-        assert values[j] == pytest.approx(np.mean(finals))
+            elif depth == 0 or mine < depth:
+                s.apply_action(bp.step(s))
+                mine += 1
+            else:
+                return
+    for j, a in enumerate(cands):
+        assert values[j] == pytest.approx(_mean_final(game, state, seed, 3, a, mixed))
     assert "playout=mixed,depth=%d" % depth in player.name
     with pytest.raises(ValueError, match="need a blueprint"):
         SearchPlayer(game, playout="mixed")
