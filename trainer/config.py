@@ -114,7 +114,7 @@ class ServiceSection:
     curve_keys: str = ""
     """Directory of CURVE keys (python -m batcher.keys DIR): authenticate batcher, jobs and workers."""
     adv_dtype: str = "float32"
-    """dtype the batcher answers local workers in: float32 (exact: the samples of an in-process traversal) or float16 (half the answer bytes, less batcher CPU per row; advantages rounded to 11 significant bits)."""
+    """dtype the batcher answers local workers in: float32 (exact: the samples of an in-process traversal) or float16 (half the answer bytes; advantages rounded to 11 significant bits, so sampled actions can differ; no faster on the H200 box, docs/benchmarks.md)."""
     heartbeat_timeout_s: float = 60.0
     """A worker silent this long while holding a job is presumed dead; its job is handed out again."""
 
