@@ -78,9 +78,6 @@ class JobServer:
     def close(self):
         self.sock.close(0)
 
-    def connected_workers(self):
-        return len(self.workers)
-
     def live_workers(self):
         """Workers heard from within the heartbeat timeout, counted after
         reading what they sent while no phase ran (their hellos and repeated

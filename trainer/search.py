@@ -288,10 +288,8 @@ class SearchPlayer:
                 if len(rows) == 0:
                     continue
                 live = True
-                m = len(rows)
-                b.encode(rows, p, self.info, self.mask)
                 actions_rows.append(rows)
-                actions.append(self.blueprint.actions(self.info[:m], self.mask[:m], np.full(m, p)))
+                actions.append(self._blueprint_actions(rows, p))
             if not live:
                 return
             b.apply(np.concatenate(actions_rows), np.concatenate(actions))
@@ -299,7 +297,7 @@ class SearchPlayer:
     def _mixed_steps(self, me, seed, n, depth):
         """The blueprint plays `me`'s next `depth` decisions (0: every one to
         the end) in every live row, one batched forward per decision, and the
-        playout policy plays the opponent's moves in between."""
+        heuristic plays the opponent's moves in between."""
         b = self.batch
         done = 0
         while not depth or done < depth:
@@ -307,10 +305,14 @@ class SearchPlayer:
             rows = np.flatnonzero(b.current_players(0, n) == me)
             if len(rows) == 0:
                 return
-            m = len(rows)
-            b.encode(rows, me, self.info, self.mask)
-            b.apply(rows, self.blueprint.actions(self.info[:m], self.mask[:m], np.full(m, me)))
+            b.apply(rows, self._blueprint_actions(rows, me))
             done += 1
+
+    def _blueprint_actions(self, rows, player):
+        """The blueprint's actions for `player` to act in batch rows `rows`, one forward."""
+        m = len(rows)
+        self.batch.encode(rows, player, self.info, self.mask)
+        return self.blueprint.actions(self.info[:m], self.mask[:m], np.full(m, player))
 
     def step(self, state):
         legal = state.legal_actions()
