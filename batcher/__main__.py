@@ -47,6 +47,10 @@ def build_parser():
     ap.add_argument("--forwards-in-flight", type=int, default=d.forwards_in_flight,
                     help="GPU: forwards launched before the oldest must be answered; the loop receives and "
                          "stages the next batch while the device computes (1 = wait for each forward)")
+    ap.add_argument("--shm-dir", default=d.shm_dir, metavar="DIR",
+                    help="take infer requests whose rows and answers sit in shared-memory files in DIR (workers "
+                         "on this machine started with the same --shm-dir; e.g. a directory under /dev/shm); "
+                         "empty: refuse them")
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return ap
 
@@ -72,7 +76,7 @@ def main(argv=None):
                           max_message_bytes=int(args.max_message_mb * (1 << 20)),
                           log_interval_s=args.log_interval, torch_threads=args.torch_threads,
                           curve_keys=args.curve_keys, null_forward=args.null_forward,
-                          forwards_in_flight=args.forwards_in_flight)
+                          forwards_in_flight=args.forwards_in_flight, shm_dir=args.shm_dir)
     try:
         batcher = Batcher(opts)
         if args.init_game:

@@ -97,16 +97,20 @@ def saturate(endpoint, rows, in_flight, seconds):
     return done_rows / dt, float(np.percentile(lat_us, 50)), float(np.percentile(lat_us, 99)), stats
 
 
-def load_generator(endpoint, rows, segments, in_flight, seconds, cpu=None, result=None, adv_dtype="float32"):
+def load_generator(endpoint, rows, segments, in_flight, seconds, cpu=None, result=None, adv_dtype="float32",
+                   shm_dir="", num_actions=0):
     """Keeps `in_flight` infer messages of `segments` x len(rows) uint8 rows
     (models 0 and 1 in turn, a worker's round in one message, answers asked
     in adv_dtype as the worker would) in flight against the batcher for
     `seconds`, from prebuilt frames so that the client costs little; puts
     (messages, rows answered, seconds) into `result` (a multiprocessing
-    queue) or returns it. Runs in its own process."""
+    queue) or returns it. With shm_dir, each message in flight has its own
+    shared-memory slot there (rows written once; answers of num_actions
+    columns), as a worker with --shm-dir sends. Runs in its own process."""
     import msgpack
     import zmq
     from batcher import protocol as P
+    from batcher.shm import HEADER_BYTES, ClientSlots, align
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     wire = np.ascontiguousarray(rows, dtype=np.uint8)
@@ -120,21 +124,41 @@ def load_generator(endpoint, rows, segments, in_flight, seconds, cpu=None, resul
     sock.setsockopt(zmq.SNDHWM, 100000)
     sock.connect(endpoint)
     ids = itertools.count()
+    slots, owner = ClientSlots(shm_dir) if shm_dir else None, {}
+    if slots is not None:
+        rows_at = [HEADER_BYTES + i * align(wire.nbytes) for i in range(segments)]
+        adv_bytes = align(len(wire) * num_actions * (2 if adv_dtype == "float16" else 4))
+        adv_at = [rows_at[-1] + align(wire.nbytes) + i * adv_bytes for i in range(segments)]
+        free = []
+        for _ in range(in_flight):
+            slot = slots.acquire(adv_at[-1] + adv_bytes - HEADER_BYTES)
+            for at in rows_at:
+                slot.view(at, np.uint8, wire.shape)[...] = wire
+            free.append(slot)
 
-    def send():
-        sock.send_multipart([msgpack.packb({**head, "id": next(ids)}), *[wire] * segments], copy=False)
+    def send(slot=None):
+        i = next(ids)
+        if slots is None:
+            sock.send_multipart([msgpack.packb({**head, "id": i}), *[wire] * segments], copy=False)
+            return
+        slot = slot or free.pop()
+        owner[i] = slot
+        shm = {"name": slot.name, "seq": slot.bump(), "rows": rows_at, "adv": adv_at}
+        sock.send(msgpack.packb({**head, "id": i, "shm": shm}), copy=False)
     for _ in range(in_flight):
         send()
     done, t0 = 0, time.perf_counter()
     t_end = t0 + seconds
     while time.perf_counter() < t_end:
         if sock.poll(100):
-            sock.recv_multipart(copy=False)
+            frames = sock.recv_multipart(copy=False)
             done += 1
-            send()
+            send(owner.pop(msgpack.unpackb(frames[0].buffer)["id"]) if slots is not None else None)
     out = (done, done * segments * len(wire), time.perf_counter() - t0)
     sock.close(0)
     ctx.term()
+    if slots is not None:
+        slots.close()
     if result is not None:
         result.put(out)
     return out

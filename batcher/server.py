@@ -51,6 +51,7 @@ import torch
 import zmq
 
 from batcher import protocol as P
+from batcher.shm import HEADER_BYTES, ServerMaps, ShmError
 from batcher.weights import net_from_bytes
 
 log = logging.getLogger("batcher")
@@ -115,6 +116,9 @@ class BatcherOptions:
     forwards_in_flight: int = 2
     """GPU: forwards launched before the oldest must be answered (1 = wait for each forward
     before going on). While the device computes, the loop receives and stages the next batch."""
+    shm_dir: str = ""
+    """Directory of clients' shared-memory slots (batcher.shm): infer requests from this machine
+    may pass their rows and answers there instead of through the socket. Empty = refused."""
 
 
 class _Model:
@@ -131,10 +135,12 @@ class _Model:
 class _Request:
     """One infer message: its segments' answers are collected here until the
     last one is in, then the reply goes out (or one error, if any failed)."""
-    __slots__ = ("identity", "req_id", "models", "parts", "versions", "left", "segmented", "failed", "adv_dtype")
+    __slots__ = ("identity", "req_id", "models", "parts", "versions", "left", "segmented", "failed", "adv_dtype",
+                 "shm")
 
-    def __init__(self, identity, req_id, models, segmented, adv_dtype):
+    def __init__(self, identity, req_id, models, segmented, adv_dtype, shm=None):
         self.adv_dtype = adv_dtype      # numpy dtype of the answer
+        self.shm = shm                  # (slot bytes, its sequence view, seq, answer offsets), or None
         self.identity = identity
         self.req_id = req_id
         self.models = models
@@ -184,6 +190,7 @@ class _Stats:
         self.forward_s = 0.0
         self.errors = collections.Counter()
         self.weight_updates = 0
+        self.shm_requests = 0
         self.per_model = collections.defaultdict(lambda: {"requests": 0, "rows": 0, "forwards": 0})
         self.bins = [1 << i for i in range(int(math.log2(max(max_batch, 1))) + 2)]
         self.batch_hist = [0] * len(self.bins)
@@ -224,6 +231,7 @@ class _Stats:
             "per_model": {str(k): dict(v) for k, v in self.per_model.items()},
             "errors": dict(self.errors),
             "weight_updates": self.weight_updates,
+            "shm_requests": self.shm_requests,
             "cpu_s": time.process_time(),       # this process, all threads (ZeroMQ's I/O thread too)
             "versions": {str(k): m.version for k, m in models.items()},
         }
@@ -259,6 +267,12 @@ class Batcher:
             self.sock.close(0)
             raise BindError(f"cannot bind {options.bind}: {e.strerror}") from None
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        try:
+            self.shm = ServerMaps(options.shm_dir) if options.shm_dir else None
+        except ShmError as e:
+            self.sock.close(0)
+            raise ValueError(f"--shm-dir: {e}") from None
+        self._last_sweep = time.monotonic()
         self.models = {}
         self.queues = collections.defaultdict(collections.deque)
         self.queued_rows = collections.Counter()
@@ -316,6 +330,8 @@ class Batcher:
 
     def close(self):
         self.sock.close(0)
+        if self.shm is not None:
+            self.shm.close()
 
     def _poll_timeout_ms(self):
         if not self.queues:
@@ -373,7 +389,8 @@ class Batcher:
             elif kind == P.PING:
                 self._reply(identity, {"type": P.PONG, "id": req_id, "pid": os.getpid(),
                                        "models": {str(k): m.version for k, m in self.models.items()},
-                                       "null_forward": self.opts.null_forward})
+                                       "null_forward": self.opts.null_forward,
+                                       "shm_dir": self.shm.directory if self.shm is not None else ""})
             else:
                 raise P.ProtocolError("bad_type", f"unknown message type {kind!r}")
         except P.ProtocolError as e:
@@ -401,13 +418,23 @@ class Batcher:
             if not isinstance(models, list) or not 1 <= len(models) <= P.MAX_SEGMENTS:
                 raise P.ProtocolError("bad_header", f"'models' must be a list of 1 to {P.MAX_SEGMENTS} model "
                                                     f"ids, got {models!r}")
-            cols = [self._model(m).input_size for m in models]
-            if len(payload) != len(models):
-                raise P.ProtocolError("bad_frames", f"infer for {len(models)} models takes {len(models)} array "
-                                                    f"frames, got {len(payload)}")
-            segments = P.decode_arrays(header, "rows", [f.buffer for f in payload], limit, expect_cols=cols)
-            request = _Request(identity, header.get("id"), models, True, adv_dtype)
+            specs = [self._model(m) for m in models]
+            cols = [m.input_size for m in specs]
+            if "shm" in header:
+                if payload:
+                    raise P.ProtocolError("bad_frames", f"a shared-memory infer carries no array frames, got "
+                                                        f"{len(payload)}")
+                segments, shm = self._shm_segments(header, specs, adv_dtype)
+            else:
+                if len(payload) != len(models):
+                    raise P.ProtocolError("bad_frames", f"infer for {len(models)} models takes {len(models)} "
+                                                        f"array frames, got {len(payload)}")
+                segments = P.decode_arrays(header, "rows", [f.buffer for f in payload], limit, expect_cols=cols)
+                shm = None
+            request = _Request(identity, header.get("id"), models, True, adv_dtype, shm)
         else:
+            if "shm" in header:
+                raise P.ProtocolError("bad_shm", "a shared-memory infer takes the segmented form ('models')")
             model_id = header.get("model")
             model = self._model(model_id)
             if len(payload) != 1:
@@ -416,10 +443,53 @@ class Batcher:
             request = _Request(identity, header.get("id"), [model_id], False, adv_dtype)
         if any(rows.shape[0] == 0 for rows in segments):
             raise P.ProtocolError("bad_shape", "infer with zero rows")
+        if request.shm is not None:
+            self.stats.shm_requests += 1
         now = time.monotonic()
         for slot, (model_id, rows) in enumerate(zip(request.models, segments)):
             self.queues[model_id].append(_Pending(request, slot, rows, now))
             self.queued_rows[model_id] += rows.shape[0]
+
+    def _shm_segments(self, header, specs, adv_dtype):
+        """A shared-memory infer's rows, as views of the client's slot, and
+        where its answers go: (segments, (slot bytes, sequence view, seq,
+        answer offsets)). Every offset and size is checked against the slot."""
+        if self.shm is None:
+            raise P.ProtocolError("shm_disabled", "this batcher takes no shared-memory requests (start it with "
+                                                  "--shm-dir DIR, the directory the clients' slots are in)")
+        shm = header["shm"]
+        k = len(specs)
+        if (not isinstance(shm, dict) or not isinstance(shm.get("seq"), int)
+                or not all(isinstance(shm.get(f), list) and len(shm[f]) == k
+                           and all(type(o) is int for o in shm[f]) for f in ("rows", "adv"))):
+            raise P.ProtocolError("bad_shm", f"'shm' must be a map with a 'name', an integer 'seq' and 'rows' "
+                                             f"and 'adv' lists of {k} integer offsets")
+        try:
+            _, buf, seq_view = self.shm.get(shm.get("name"))
+        except ShmError as e:
+            raise P.ProtocolError("bad_shm", str(e)) from None
+        if int(seq_view[0]) != shm["seq"]:
+            raise P.ProtocolError("stale_shm", f"slot {shm['name']} holds request {int(seq_view[0])}, "
+                                               f"not {shm['seq']} (a late duplicate)")
+        size = buf.shape[0]
+        shapes = header.get("rows_shapes")
+        if not isinstance(shapes, list) or len(shapes) != k:
+            raise P.ProtocolError("bad_shape", f"rows_shapes must be a list of {k} shapes, got {shapes!r}")
+        dtype = P.WIRE_DTYPES.get(header.get("rows_dtype")) if isinstance(header.get("rows_dtype"), str) else None
+        segments = []
+        for i, (spec, shape, off) in enumerate(zip(specs, shapes, shm["rows"])):
+            nbytes = _shape_bytes(shape, np.dtype(dtype).itemsize) if dtype is not None else 0
+            if not HEADER_BYTES <= off <= size - nbytes:
+                raise P.ProtocolError("bad_shm", f"rows of segment {i} ({nbytes} bytes at {off}) lie outside "
+                                                 f"the {size}-byte slot's payload")
+            segments.append(P.check_array("rows", header.get("rows_dtype"), shape, buf[off:off + nbytes],
+                                          self.opts.max_message_bytes, spec.input_size))
+        for i, (spec, rows, off) in enumerate(zip(specs, segments, shm["adv"])):
+            nbytes = rows.shape[0] * spec.num_actions * adv_dtype.itemsize
+            if not HEADER_BYTES <= off <= size - nbytes:
+                raise P.ProtocolError("bad_shm", f"answers of segment {i} ({nbytes} bytes at {off}) lie outside "
+                                                 f"the {size}-byte slot's payload")
+        return segments, (buf, seq_view, shm["seq"], list(shm["adv"]))
 
     def _on_weights(self, identity, header, payload):
         model_id, version, spec = header.get("model"), header.get("version"), header.get("spec")
@@ -584,7 +654,16 @@ class Batcher:
         r.left -= 1
         if r.left:
             return
-        if r.segmented:
+        if r.shm is not None:
+            buf, seq_view, seq, offsets = r.shm
+            if int(seq_view[0]) != seq:     # the client gave the slot up (it timed out): not ours to write
+                self.stats.errors["stale_shm"] += 1
+                return
+            for part, off in zip(r.parts, offsets):
+                buf[off:off + part.nbytes].view(part.dtype).reshape(part.shape)[...] = part
+            self._reply(r.identity, {"type": P.RESULT, "id": r.req_id, "models": r.models, "versions": r.versions,
+                                     "shm": True, **P.arrays_header("adv", r.parts)})
+        elif r.segmented:
             self._reply(r.identity, {"type": P.RESULT, "id": r.req_id, "models": r.models, "versions": r.versions,
                                      **P.arrays_header("adv", r.parts)}, *r.parts)
         else:
@@ -592,9 +671,12 @@ class Batcher:
                                      "version": version, **P.array_header("adv", part)}, part)
 
     def _maybe_log(self):
+        now = time.monotonic()
+        if self.shm is not None and now - self._last_sweep >= 10.0:
+            self._last_sweep = now
+            self.shm.sweep()            # slots of clients that closed or died
         if self.opts.log_interval_s <= 0:
             return
-        now = time.monotonic()
         if now - self._last_log < self.opts.log_interval_s:
             return
         self._last_log = now
@@ -603,6 +685,13 @@ class Batcher:
                  "busy %.0f%%, models %s, errors %s", s["rows_per_s"], s["requests_per_s"], s["mean_batch"],
                  s["queue_wait_us"]["p50"], s["queue_wait_us"]["p99"], s["forward_ms_mean"],
                  100 * s["busy_fraction"], s["versions"], s["errors"] or "none")
+
+
+def _shape_bytes(shape, itemsize):
+    """Bytes of a [rows, cols] shape, or 0 for anything else (check_array names the problem)."""
+    if type(shape) is list and len(shape) == 2 and all(type(x) is int and x >= 0 for x in shape):
+        return shape[0] * shape[1] * itemsize
+    return 0
 
 
 _F16 = np.dtype(np.float16)

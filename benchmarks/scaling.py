@@ -25,6 +25,7 @@ import csv
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import threading
@@ -36,7 +37,7 @@ import yaml
 
 from batcher.bench import spawn_batcher
 from batcher.client import BatcherClient
-from trainer.launcher import local_endpoint, local_transport, remove_local_endpoint
+from trainer.launcher import local_endpoint, local_shm_dir, local_transport, remove_local_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "lost_cities.yaml"
@@ -115,7 +116,7 @@ def _pinned(cpu):
 
 
 def start_batcher(device, hidden, max_batch, torch_threads, null_forward=False, max_wait_us=None, cpu=None,
-                  transport="tcp", forwards_in_flight=None):
+                  transport="tcp", forwards_in_flight=None, shm_dir=""):
     endpoint = local_endpoint(transport)
     cmd = [sys.executable, "-m", "batcher", "--bind", endpoint, "--device", device, "--init-game", "lost_cities",
            "--hidden", *map(str, hidden), "--max-batch", str(max_batch), "--log-interval", "0",
@@ -129,16 +130,18 @@ def start_batcher(device, hidden, max_batch, torch_threads, null_forward=False, 
         cmd += ["--max-wait-us", str(max_wait_us)]
     if forwards_in_flight is not None:
         cmd += ["--forwards-in-flight", str(forwards_in_flight)]
+    if shm_dir:
+        cmd += ["--shm-dir", shm_dir]
     return spawn_batcher(cmd, endpoint, preexec_fn=_pinned(cpu)), endpoint
 
 
 class Worker:
     """`python -m traverser --seconds` whose progress lines are collected as they come."""
 
-    def __init__(self, endpoint, groups, machines, threads, cpu=None, interval=0.2, adv_dtype="float32"):
+    def __init__(self, endpoint, groups, machines, threads, cpu=None, interval=0.2, adv_dtype="float32", shm_dir=""):
         cmd = [sys.executable, "-m", "traverser", "--batcher", endpoint, "--json", "--seconds", "3600",
                "--progress-interval", str(interval), "--groups", str(groups), "--machines", str(machines),
-               "--threads", str(threads), "--adv-dtype", adv_dtype, *worker_flags()]
+               "--threads", str(threads), "--adv-dtype", adv_dtype, "--shm-dir", shm_dir, *worker_flags()]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                      preexec_fn=_pinned(cpu))
@@ -264,12 +267,14 @@ def limit_of(point, cores):
 
 
 def run_point(args, n_workers, cpus=(None, None)):
+    shm_dir = local_shm_dir() if args.shm else ""
     proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.batcher_threads,
                                    args.null_forward, args.max_wait_us, cpu=cpus[0], transport=args.transport,
-                                   forwards_in_flight=args.forwards_in_flight)
+                                   forwards_in_flight=args.forwards_in_flight, shm_dir=shm_dir)
     workers = []
     try:
-        workers = [Worker(endpoint, args.groups, args.machines, args.threads, cpu=cpus[1], adv_dtype=args.adv_dtype)
+        workers = [Worker(endpoint, args.groups, args.machines, args.threads, cpu=cpus[1], adv_dtype=args.adv_dtype,
+                          shm_dir=shm_dir)
                    for _ in range(n_workers)]
         deadline = time.monotonic() + 120
         while not all(w.started() for w in workers):
@@ -291,6 +296,8 @@ def run_point(args, n_workers, cpus=(None, None)):
         proc.terminate()
         proc.wait(timeout=10)
         remove_local_endpoint(endpoint)
+        if shm_dir:
+            shutil.rmtree(shm_dir, ignore_errors=True)
     nodes = sum(d["nodes"] for d in deltas)
     point = {"workers": n_workers, "nodes_per_s": summed_rate(deltas), "window_nodes": nodes,
              "window_s": t1 - t0, "queries_per_node": sum(d["queries"] for d in deltas) / max(nodes, 1),
@@ -350,16 +357,18 @@ def saturated_batcher(args, cpus):
     import engine
     from batcher.bench import load_generator, sample_rows
     game_cfg, _ = load_config()
-    rows = sample_rows(engine.load_game(game_cfg["name"], **(game_cfg.get("params") or {})), args.load_rows)
+    game = engine.load_game(game_cfg["name"], **(game_cfg.get("params") or {}))
+    rows = sample_rows(game, args.load_rows)
+    shm_dir = local_shm_dir() if args.shm else ""
     proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.batcher_threads, True,
                                    args.max_wait_us, cpu=cpus[0], transport=args.transport,
-                                   forwards_in_flight=args.forwards_in_flight)
+                                   forwards_in_flight=args.forwards_in_flight, shm_dir=shm_dir)
     try:
         ctx = mp.get_context("spawn")
         result = ctx.Queue()
         gen = ctx.Process(target=load_generator, args=(endpoint, rows, 2, args.load_in_flight,
                                                        args.warmup_s + args.window_s + 1, cpus[1], result,
-                                                       args.adv_dtype))
+                                                       args.adv_dtype, shm_dir, game.num_distinct_actions()))
         gen.start()
         time.sleep(args.warmup_s)
         t0, s0, c0 = time.monotonic(), batcher_stats(endpoint), thread_cpu(proc.pid)
@@ -370,6 +379,8 @@ def saturated_batcher(args, cpus):
         proc.terminate()
         proc.wait(timeout=10)
         remove_local_endpoint(endpoint)
+        if shm_dir:
+            shutil.rmtree(shm_dir, ignore_errors=True)
     return {"rows_per_message": 2 * args.load_rows, "in_flight": args.load_in_flight, "adv_dtype": args.adv_dtype,
             **batcher_window(s0, s1, t1 - t0), **thread_shares(c0, c1, t1 - t0)}
 
@@ -386,7 +397,7 @@ def ceiling(args):
                "nodes_per_cpu_s": (uni["nodes_per_cpu_s"] + uni2["nodes_per_cpu_s"]) / 2,
                "runs": [uni, uni2]}
     worker_per_cpu_s = remote["nodes_per_s"] / max(remote["worker_cpu_mean"], 1e-9)
-    return {"pinned": pin, "transport": local_transport(args.transport), "machines": args.machines,
+    return {"pinned": pin, "transport": local_transport(args.transport), "shm": args.shm, "machines": args.machines,
             "groups": args.groups, "traversal": load_config()[1],
             "batcher_cpu_us_per_row": saturated["batcher_cpu_us_per_row"], "goal_cpu_us_per_row": GOAL_CPU_US_PER_ROW,
             "remote_share": remote["nodes_per_s"] / uniform["nodes_per_s"],
@@ -398,7 +409,7 @@ def ceiling(args):
 def print_ceiling(c):
     r, u, s = c["remote"], c["uniform"], c["saturated"]
     where = "batcher on core 0, worker/load on core 1" if c["pinned"] else "not pinned"
-    where += f", {c.get('transport', 'tcp')}"
+    where += f", {c.get('transport', 'tcp')}" + (", shared memory" if c.get("shm") else "")
     t = c["traversal"]
     print(f"service ceiling, null forward ({where}; load average after: "
           f"{', '.join(f'{x:.1f}' for x in c['loadavg_after'])}); traversal: {t['algorithm']}, depth "
@@ -473,6 +484,9 @@ def build_parser():
     ap.add_argument("--transport", choices=["ipc", "tcp"], default="ipc",
                     help="batcher endpoint: ipc (a Unix socket, what the trainer's local workers use) or tcp "
                          "(127.0.0.1)")
+    ap.add_argument("--no-shm", dest="shm", action="store_false",
+                    help="rows and answers through the socket; by default they go through shared-memory files "
+                         "(--shm-dir), as the trainer's local workers send them")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a traversal setting of configs/lost_cities.yaml (repeatable), "
                          "e.g. --set rollouts=1 --set rollout_resample=false")
@@ -501,7 +515,7 @@ def main(argv=None):
               f"machine busy {r['machine_busy']:.2f} | "
               f"p99 wait+forward {r['p99_latency_ms']:.1f} ms | {r['limit']}", flush=True)
     net = "null forward" if args.null_forward else "x".join(map(str, args.hidden)) + " net"
-    meta = {"device": args.device, "transport": local_transport(args.transport), "hidden": args.hidden, "null_forward": args.null_forward,
+    meta = {"device": args.device, "transport": local_transport(args.transport), "shm": args.shm, "hidden": args.hidden, "null_forward": args.null_forward,
             "cpu_count": os.cpu_count(), "machines": args.machines, "groups": args.groups, "threads": args.threads,
             "max_batch": args.max_batch, "forwards_in_flight": args.forwards_in_flight, "warmup_s": args.warmup_s, "window_s": args.window_s,
             "config": str(CONFIG.relative_to(ROOT)), "traversal": load_config()[1],

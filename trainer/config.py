@@ -101,6 +101,8 @@ class ServiceSection:
     """Device of the embedded batcher: auto, cuda or cpu."""
     batcher_transport: str = "ipc"
     """Embedded batcher's endpoint: ipc (a Unix socket in a fresh temporary directory; local workers only, cheaper per byte than TCP) or tcp (127.0.0.1 on a free port). ipc falls back to tcp where ZeroMQ has no ipc transport."""
+    batcher_shm: bool = True
+    """Embedded batcher and local workers: each round's rows and answers go through shared-memory files (a fresh directory under /dev/shm, removed at stop) instead of the socket, which saves the kernel's copies and most of ZeroMQ's I/O thread (docs/protocol.md, "Shared-memory infer"). false: through the socket."""
     batcher_threads: int = 1
     """torch CPU threads of the embedded batcher."""
     max_batch: int = 2048

@@ -1,7 +1,10 @@
 """The embedded local default: the trainer starts the batcher and N workers
 as subprocesses on this machine and supervises them. They talk over an ipc://
 endpoint (a Unix socket in a fresh temporary directory, removed at stop) by
-default, or over TCP on loopback with service.batcher_transport = tcp.
+default, or over TCP on loopback with service.batcher_transport = tcp. With
+service.batcher_shm (the default) the rows and answers of each round go
+through shared-memory files in a second fresh directory (under /dev/shm where
+there is one, removed at stop) and only small headers through the socket.
 
 A child that dies is restarted (up to service.max_restarts times each; a
 dead worker's job is handed out again), after which the run stops with an
@@ -10,6 +13,7 @@ dies, however it dies (PR_SET_PDEATHSIG), so no orphans outlive a run.
 """
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -55,6 +59,14 @@ def remove_local_endpoint(endpoint):
             p.unlink() if p is path else p.rmdir()
         except OSError:
             pass
+
+
+def local_shm_dir():
+    """A fresh private directory for shared-memory slots (batcher.shm): under
+    /dev/shm where there is one. The caller removes it."""
+    import tempfile
+    from batcher.shm import default_parent
+    return tempfile.mkdtemp(prefix="deepcfr-shm-", dir=default_parent())
 
 
 def _die_with_parent():
@@ -114,10 +126,13 @@ class LocalServices:
         self.batcher = None
         self.workers = []
         self.on_worker_death = None
+        self.shm_dir = ""
         if self.svc.batcher:
             self.batcher_endpoint = self.svc.batcher
         else:
             self.batcher_endpoint = local_endpoint(self.svc.batcher_transport)
+            if self.svc.batcher_shm:
+                self.shm_dir = local_shm_dir()
 
     def start(self):
         py = sys.executable
@@ -126,7 +141,7 @@ class LocalServices:
                    "--max-batch", str(self.svc.max_batch), "--max-wait-us", str(self.svc.max_wait_us),
                    "--torch-threads", str(self.svc.batcher_threads), "--log-interval", "30",
                    "--autocast", self.svc.autocast,
-                   "--curve-keys", self.svc.curve_keys]
+                   "--curve-keys", self.svc.curve_keys, "--shm-dir", self.shm_dir]
             self.batcher = Child("batcher", cmd, self.run_dir / "logs" / "batcher.log").start()
             try:
                 wait_for_batcher(self.batcher_endpoint, timeout_s=60, curve_keys=self.svc.curve_keys)
@@ -136,7 +151,7 @@ class LocalServices:
             cmd = [py, "-m", "traverser", "--trainer", self.jobs_endpoint, "--batcher", self.batcher_endpoint,
                    "--threads", str(self.svc.worker_threads), "--groups", str(self.svc.groups),
                    "--machines", str(self.svc.machines), "--curve-keys", self.svc.curve_keys,
-                   "--adv-dtype", self.svc.adv_dtype]
+                   "--adv-dtype", self.svc.adv_dtype, "--shm-dir", self.shm_dir]
             self.workers.append(Child(f"worker{i}", cmd, self.run_dir / "logs" / f"worker{i}.log").start())
         return self
 
@@ -171,3 +186,5 @@ class LocalServices:
         if self.batcher:
             self.batcher.stop()
             remove_local_endpoint(self.batcher_endpoint)
+        if self.shm_dir:
+            shutil.rmtree(self.shm_dir, ignore_errors=True)

@@ -79,6 +79,10 @@ def build_parser():
                          "sampled actions can differ from an in-process run's)")
     ap.add_argument("--curve-keys", default="", metavar="DIR",
                     help="CURVE keys (python -m batcher.keys DIR) for the batcher and the trainer")
+    ap.add_argument("--shm-dir", default="", metavar="DIR",
+                    help="on the batcher's machine: the batcher's --shm-dir; each round's rows and answers go "
+                         "through shared-memory files there instead of the socket (a batcher that refuses "
+                         "them gets them through the socket)")
     add_traverser_args(ap)
     return ap
 
@@ -86,13 +90,20 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     from batcher.__main__ import parse_params
+    if args.shm_dir:
+        from batcher.shm import ShmError, check_dir
+        try:
+            check_dir(args.shm_dir)
+        except ShmError as e:
+            print(f"error: --shm-dir: {e}", file=sys.stderr)
+            return 2
     if args.trainer:
         from traverser.jobworker import serve_jobs
         gc.freeze()
         try:
             return serve_jobs(args.trainer, args.batcher, threads=args.threads, groups=args.groups,
                               machines=args.machines, timeout_s=args.timeout, curve_keys=args.curve_keys,
-                              adv_dtype=args.adv_dtype)
+                              adv_dtype=args.adv_dtype, shm_dir=args.shm_dir)
         except KeyboardInterrupt:
             return 130
         except (BatcherError, BatcherTimeout) as e:
@@ -136,7 +147,7 @@ def main(argv=None):
                            sink, groups_per_thread=args.groups, machines=args.machines, threads=args.threads,
                            timeout_s=args.timeout, curve_keys=args.curve_keys, seconds=args.seconds, stop=stop,
                            progress=progress, progress_interval=args.progress_interval or 0.5,
-                           adv_dtype=args.adv_dtype)
+                           adv_dtype=args.adv_dtype, shm_dir=args.shm_dir)
     except (BatcherError, BatcherTimeout, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -26,7 +26,7 @@ def _chunk_arrays(chunk):
 
 
 def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines=128, timeout_s=60.0,
-               log=print, context=None, curve_keys="", adv_dtype="float32"):
+               log=print, context=None, curve_keys="", adv_dtype="float32", shm_dir=""):
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 2000)
@@ -69,13 +69,13 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
             tcfg = header["traversal"]
             cfg = TraverserConfig(**{**tcfg, "model_ids": tuple(tcfg.get("model_ids", (0, 1)))})
             _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, machines, timeout_s, ctx,
-                     curve_keys, adv_dtype)
+                     curve_keys, adv_dtype, shm_dir)
     finally:
         sock.close()
 
 
 def _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, machines, timeout_s, ctx, curve_keys,
-             adv_dtype="float32"):
+             adv_dtype="float32", shm_dir=""):
     job_id = header["job"]
     chunks = queue.Queue()
     holder, errors = {}, []
@@ -88,7 +88,7 @@ def _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, ma
             run_remote(game, cfg, batcher_endpoint, ids, header["traverser"], header["iteration"], header["seed"],
                        header["weight"], sink, groups_per_thread=groups, machines=machines, threads=threads,
                        timeout_s=timeout_s, context=ctx, on_groups=lambda g: holder.setdefault("groups", g),
-                       curve_keys=curve_keys, adv_dtype=adv_dtype)
+                       curve_keys=curve_keys, adv_dtype=adv_dtype, shm_dir=shm_dir)
         except BaseException as e:
             errors.append(e)
         finally:

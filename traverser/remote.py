@@ -6,7 +6,8 @@ waiting for a single reply. Groups use the wire layout (MachineGroup(...,
 wire=True)): the C step writes each round's rows ready to send, one block per
 model, so a round goes out as one message with one frame per model and no
 copy in Python, and the answers are copied straight into the group's
-advantage rows. Each group asks for its answers in its wire_adv_dtype
+advantage rows. A client with a shared-memory directory (BatcherClient(...,
+shm_dir=...)) passes each round through a slot there instead of the socket. Each group asks for its answers in its wire_adv_dtype
 (MachineGroup(..., adv_dtype="float16"): half the bytes of float32; the C
 resume converts the entries it reads).
 """
@@ -54,7 +55,8 @@ class RemoteStepper:
         segments = g.wire_segments()
         adv_dtype = g.wire_adv_dtype
         rid = self.client.send_infer_segments([(m, rows) for m, rows, _ in segments],
-                                              adv_dtype=None if adv_dtype == "float32" else adv_dtype)
+                                              adv_dtype=None if adv_dtype == "float32" else adv_dtype,
+                                              answer_cols=[adv.shape[1] for _, _, adv in segments])
         self.waiting[rid] = (gi, [adv for _, _, adv in segments], n)
         self.busy.add(gi)
         self.rows_sent += n

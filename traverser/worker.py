@@ -16,7 +16,7 @@ from traverser.remote import RemoteStepper
 def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run_seed, weight, sink,
                groups_per_thread=4, machines=256, threads=1, capacity=4096, timeout_s=60.0, resend_s=5.0,
                context=None, on_groups=None, curve_keys="", seconds=None, stop=None, progress=None,
-               progress_interval=0.5, adv_dtype="float32"):
+               progress_interval=0.5, adv_dtype="float32", shm_dir=""):
     """Run traversals against the batcher at `endpoint`; drained chunks go to
     sink(adv, strat) (from the stepping threads). Returns merged stats.
 
@@ -29,7 +29,9 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
     so far: t (time.monotonic()), cpu_s (this process), nodes, queries,
     traversals. adv_dtype: the dtype the batcher answers in, "float32" (exact:
     the samples of run_local with the same nets) or "float16" (half the
-    bytes; advantages rounded to 11 significant bits).
+    bytes; advantages rounded to 11 significant bits). shm_dir: the batcher's
+    --shm-dir, for a worker on its machine (rows and answers through shared
+    memory; docs/protocol.md); "" sends them through the socket.
     """
     ids = np.asarray(traversal_ids, dtype=np.int64)
     trav = np.broadcast_to(np.asarray(traversers, dtype=np.int8), ids.shape)
@@ -59,7 +61,7 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
         client = None
         try:
             client = BatcherClient(endpoint, timeout_s=timeout_s, resend_s=resend_s, context=context,
-                                   curve_keys=curve_keys)
+                                   curve_keys=curve_keys, shm_dir=shm_dir)
             clients.append(client)
             RemoteStepper(client, my_groups, sink, refill=refill, deadline=deadline, stop=stop).run()
         except BaseException as e:
@@ -91,6 +93,7 @@ def run_remote(game, config, endpoint, traversal_ids, traversers, iteration, run
         raise RuntimeError(f"{stats['traversals']} of {len(ids)} traversals completed")
     stats["resends"] = sum(c.resends for c in clients)
     stats["wire_bytes"] = sum(c.wire_bytes for c in clients)
+    stats["shm_fallback"] = next((c.shm_fallback for c in clients if c.shm_fallback), None)
     return stats
 
 
