@@ -4,7 +4,7 @@
 # `noexcept nogil` functions; the traverser and the benchmarks call games only
 # through it, so adding a game never touches them. No function behind a GameDef
 # touches a Python object or allocates.
-from engine._types cimport uint64_t
+from engine._types cimport uint8_t, uint64_t
 from engine._rng cimport Rng
 
 # Player ids, as in OpenSpiel.
@@ -27,6 +27,7 @@ ctypedef void (*undo_fn)(const void* cfg, void* state, const void* undo) noexcep
 ctypedef bint (*terminal_fn)(const void* cfg, const void* state) noexcept nogil
 ctypedef void (*returns_fn)(const void* cfg, const void* state, double* out) noexcept nogil
 ctypedef void (*tensor_fn)(const void* cfg, const void* state, int player, float* out) noexcept nogil
+ctypedef void (*tensor_u8_fn)(const void* cfg, const void* state, int player, uint8_t* out) noexcept nogil
 ctypedef int (*check_fn)(const void* cfg, const void* state) noexcept nogil
 ctypedef int (*rollout_fn)(const void* cfg, const void* state, uint64_t* rng) noexcept nogil
 ctypedef void (*resample_fn)(const void* cfg, void* state, int player, uint64_t* rng) noexcept nogil
@@ -52,6 +53,8 @@ cdef struct GameDef:
     returns_fn returns          # per-player returns (at a non-terminal node: the
                                 # value as it stands, e.g. the score difference)
     tensor_fn info_state        # info-state tensor of `player` into out[tensor_size]
+    tensor_u8_fn info_state_u8  # optional (NULL): the same tensor as uint8, for games whose every
+                                # entry is an integer in [0, 255] (the traverser's wire rows)
     check_fn check              # re-derive every invariant; 0 = ok, else a game error code
     rollout_fn rollout_action   # optional (NULL): the game's own playout policy for cutoff rollouts
     resample_fn resample        # optional (NULL): redeal what `player` cannot see, uniformly

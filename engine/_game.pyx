@@ -232,6 +232,20 @@ cdef class State:
         self.game.gd.info_state(self.game.gd.cfg, self.data, <int>player, &view[0])
         return out
 
+    def information_state_tensor_u8(self, player=None):
+        """The same tensor as uint8, from the game's own uint8 encoder (the
+        traverser's wire rows); None for a game without one."""
+        if player is None:
+            player = self.current_player()
+        if player not in (0, 1):
+            raise ValueError(f"player must be 0 or 1, got {player!r}")
+        if self.game.gd.info_state_u8 == NULL:
+            return None
+        out = np.zeros(self.game.gd.tensor_size, dtype=np.uint8)
+        cdef unsigned char[::1] view = out
+        self.game.gd.info_state_u8(self.game.gd.cfg, self.data, <int>player, &view[0])
+        return out
+
     def information_state_dict(self, player=None):
         """The tensor split into its named segments (for dumps and debugging)."""
         t = self.information_state_tensor(player)

@@ -80,5 +80,6 @@ cdef int lc_legal_actions(const LCConfig* cfg, const LCState* s, int* out) noexc
 cdef void lc_apply(const LCConfig* cfg, LCState* s, int action, LCUndo* u) noexcept nogil
 cdef void lc_undo(const LCConfig* cfg, LCState* s, const LCUndo* u) noexcept nogil
 cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float* out) noexcept nogil
+cdef void lc_info_state_u8(const LCConfig* cfg, const LCState* s, int player, uint8_t* out) noexcept nogil
 cdef int lc_heuristic_action(const LCConfig* cfg, const LCState* s) noexcept nogil
 cdef void lc_resample(const LCConfig* cfg, LCState* s, int player, uint64_t* rng) noexcept nogil

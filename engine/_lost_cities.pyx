@@ -25,7 +25,7 @@ are for tests, tools and bots.
 """
 from collections import namedtuple
 
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from engine._types cimport int8_t, int16_t, uint8_t, uint64_t
 from engine._rng cimport rng_below
@@ -35,6 +35,57 @@ from engine._game cimport (Game, State, GameDef, TERMINAL_PLAYER, DEAL_OK,
 cdef extern from *:
     int __builtin_ctzll(unsigned long long) nogil
     int __builtin_popcountll(unsigned long long) nogil
+
+cdef extern from *:
+    """
+    /* The encoder's row-wide loops, with restrict so that the compiler may
+       vectorize them (a uint8 pointer may alias anything; without restrict
+       every float store could change the counts it reads). On x86-64 Linux
+       with GCC they are also built for AVX2 and the CPU picks at load. */
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    #define LC_CLONES __attribute__((target_clones("avx2", "default")))
+    #else
+    #define LC_CLONES
+    #endif
+    LC_CLONES
+    static void lc_u8_to_f32(const unsigned char* restrict src, float* restrict dst, int n) {
+        for (int i = 0; i < n; i++) dst[i] = (float)src[i];
+    }
+    /* dst[i] = bit i of the two-word mask m, as 0.0 or 1.0 */
+    static void lc_bits_to_f32(const uint64_t* restrict m, float* restrict dst, int n) {
+        for (int i = 0; i < n; i++) dst[i] = (float)((m[i >> 6] >> (i & 63)) & 1U);
+    }
+    static void lc_bits_to_u8(const uint64_t* restrict m, unsigned char* restrict dst, int n) {
+        for (int i = 0; i < n; i++) dst[i] = (unsigned char)((m[i >> 6] >> (i & 63)) & 1U);
+    }
+    /* unseen[k] = copies[k] - a[k] - b[k] - c[k] - d[k] - e[k], saturated to [0, 255] */
+    #define LC_UNSEEN(NAME, T) \
+    LC_CLONES \
+    static void NAME(const unsigned char* restrict copies, const unsigned char* restrict a, \
+                     const unsigned char* restrict b, const unsigned char* restrict c, \
+                     const unsigned char* restrict d, const unsigned char* restrict e, T* restrict dst, int n) { \
+        for (int i = 0; i < n; i++) { \
+            int x = (int)copies[i] - a[i] - b[i] - c[i] - d[i] - e[i]; \
+            x = x < 0 ? 0 : x; \
+            dst[i] = (T)(x < 255 ? x : 255); \
+        } \
+    }
+    LC_UNSEEN(lc_unseen_f32, float)
+    LC_UNSEEN(lc_unseen_u8, unsigned char)
+    """
+    void lc_u8_to_f32(const uint8_t* src, float* dst, int n) noexcept nogil
+    void lc_bits_to_f32(const uint64_t* m, float* dst, int n) noexcept nogil
+    void lc_unseen_f32(const uint8_t* copies, const uint8_t* a, const uint8_t* b, const uint8_t* c,
+                       const uint8_t* d, const uint8_t* e, float* dst, int n) noexcept nogil
+    void lc_bits_to_u8(const uint64_t* m, uint8_t* dst, int n) noexcept nogil
+    void lc_unseen_u8(const uint8_t* copies, const uint8_t* a, const uint8_t* b, const uint8_t* c,
+                      const uint8_t* d, const uint8_t* e, uint8_t* dst, int n) noexcept nogil
+
+# the info-state encoder writes float rows (the tensor) or uint8 rows (the
+# same values: every entry is an integer in [0, 255], see SEGMENTS below)
+ctypedef fused lc_out_t:
+    float
+    uint8_t
 
 COLOUR_LETTERS = "YBWGRP"
 COLOUR_NAMES = ("yellow", "blue", "white", "green", "red", "purple")
@@ -346,27 +397,34 @@ FEATURE_SEGMENTS = (
 # Networks rescale the entries with input_scale().
 
 
-cdef inline float _sat(int x) noexcept nogil:
-    return <float>(0 if x < 0 else (x if x < 255 else 255))
+cdef inline int _sat(int x) noexcept nogil:
+    return 0 if x < 0 else (x if x < 255 else 255)
 
 
 cdef inline bint _fits(const LCState* s, int p, int k) noexcept nogil:
     return (s.playable[p][k >> 6] >> (k & 63)) & 1
 
 
-cdef void _lc_features(const LCConfig* cfg, const LCState* s, int player, float* out) noexcept nogil:
-    # the FEATURE_SEGMENTS, written from out[0]
-    cdef int o = 1 - player, K = cfg.num_kinds, C = cfg.colours, k, c, p, q, n, old, new, free
+cdef void _lc_features(const LCConfig* cfg, const LCState* s, int player, lc_out_t* out) noexcept nogil:
+    # the FEATURE_SEGMENTS, written from out[0] (which is zeroed)
+    cdef int o = 1 - player, K = cfg.num_kinds, C = cfg.colours, k, c, p, q, n, old, new, free, w
     cdef int pot[2 * LC_MAX_COLOURS]            # [me, opponent][colour]
+    cdef uint64_t m
     memset(pot, 0, sizeof(pot))
-    for k in range(K):
-        c = cfg.kind_colour[k]
-        n = (cfg.kind_copies[k] - s.hand[player][k] - s.played[0][k] - s.played[1][k]
-             - s.pile_kinds[k] - s.known[o][k])
-        out[k] = _sat(n)
-        out[K + k] = 1.0 if _fits(s, player, k) else 0.0
-        out[2 * K + k] = 1.0 if _fits(s, o, k) else 0.0
-        if s.hand[player][k] > 0 and _fits(s, player, k):
+    if lc_out_t is float:
+        lc_unseen_f32(cfg.kind_copies, s.hand[player], s.played[0], s.played[1], s.pile_kinds, s.known[o], out, K)
+        lc_bits_to_f32(s.playable[player], out + K, K)
+        lc_bits_to_f32(s.playable[o], out + 2 * K, K)
+    else:
+        lc_unseen_u8(cfg.kind_copies, s.hand[player], s.played[0], s.played[1], s.pile_kinds, s.known[o], out, K)
+        lc_bits_to_u8(s.playable[player], out + K, K)
+        lc_bits_to_u8(s.playable[o], out + 2 * K, K)
+    for w in range(2):                          # play gain / loss: the fitting cards in hand only
+        m = s.hand_mask[player][w] & s.playable[player][w]
+        while m:
+            k = (w << 6) + __builtin_ctzll(m)
+            m &= m - 1
+            c = cfg.kind_colour[k]
             old = _colour_score(cfg, s.value_sum[player][c], s.count[player][c], s.wagers_played[player][c])
             new = _colour_score(cfg, s.value_sum[player][c] + cfg.kind_value[k], s.count[player][c] + 1,
                                 s.wagers_played[player][c] + (1 if cfg.kind_rank[k] == 0 else 0))
@@ -374,12 +432,16 @@ cdef void _lc_features(const LCConfig* cfg, const LCState* s, int player, float*
                 out[3 * K + k] = _sat(new - old)
             else:
                 out[4 * K + k] = _sat(old - new)
-        if cfg.kind_rank[k] > 0:
-            free = n + s.pile_kinds[k]
-            if _fits(s, player, k):
-                pot[c] += cfg.kind_value[k] * (free + s.hand[player][k])
-            if _fits(s, o, k):
-                pot[LC_MAX_COLOURS + c] += cfg.kind_value[k] * (free + s.known[o][k])
+    for q in range(2):                          # potentials: fitting number cards not yet out of reach
+        p = player if q == 0 else o
+        for w in range(2):
+            m = s.playable[p][w]
+            while m:
+                k = (w << 6) + __builtin_ctzll(m)
+                m &= m - 1
+                free = <int>out[k] + s.pile_kinds[k]     # unseen (exact below 255) + on a pile; wagers: value 0
+                pot[q * LC_MAX_COLOURS + cfg.kind_colour[k]] += cfg.kind_value[k] * (
+                    free + (s.hand[player][k] if q == 0 else s.known[o][k]))
     out += 5 * K
     for c in range(C):
         for q in range(2):
@@ -393,12 +455,22 @@ cdef void _lc_features(const LCConfig* cfg, const LCState* s, int player, float*
 
 
 cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float* out) noexcept nogil:
+    _lc_encode(cfg, s, player, out)
+
+
+cdef void lc_info_state_u8(const LCConfig* cfg, const LCState* s, int player, uint8_t* out) noexcept nogil:
+    """The info-state tensor as uint8 (every entry is an integer in [0, 255]):
+    what the traverser's wire rows hold, written without a float pass."""
+    _lc_encode(cfg, s, player, out)
+
+
+cdef void _lc_encode(const LCConfig* cfg, const LCState* s, int player, lc_out_t* out) noexcept nogil:
     cdef int o = 1 - player, K = cfg.num_kinds, k, c, w, pos
     cdef uint64_t m
-    memset(out, 0, cfg.tensor_size * sizeof(float))
-    out[player] = 1.0
-    out[2] = 1.0 if (not s.terminal and s.player == player) else 0.0
-    out[3 + s.phase] = 1.0
+    memset(out, 0, cfg.tensor_size * sizeof(lc_out_t))
+    out[player] = 1
+    out[2] = 1 if (not s.terminal and s.player == player) else 0
+    out[3 + s.phase] = 1
     pos = 5
     for w in range(2):                      # hand: only set bits
         m = s.hand_mask[player][w]
@@ -407,18 +479,23 @@ cdef void lc_info_state(const LCConfig* cfg, const LCState* s, int player, float
             out[pos + k] = s.hand[player][k]
             m &= m - 1
     pos += K
-    for k in range(K):
-        out[pos + k] = s.played[player][k]
-        out[pos + K + k] = s.played[o][k]
-        out[pos + 2 * K + k] = s.known[o][k]
-        out[pos + 3 * K + k] = s.pile_kinds[k]
+    if lc_out_t is float:
+        lc_u8_to_f32(s.played[player], out + pos, K)
+        lc_u8_to_f32(s.played[o], out + pos + K, K)
+        lc_u8_to_f32(s.known[o], out + pos + 2 * K, K)
+        lc_u8_to_f32(s.pile_kinds, out + pos + 3 * K, K)
+    else:
+        memcpy(out + pos, s.played[player], K)
+        memcpy(out + pos + K, s.played[o], K)
+        memcpy(out + pos + 2 * K, s.known[o], K)
+        memcpy(out + pos + 3 * K, s.pile_kinds, K)
     pos += 4 * K
     for c in range(cfg.colours):
         if s.pile_len[c] > 0:
-            out[pos + s.pile[c][s.pile_len[c] - 1]] = 1.0
+            out[pos + s.pile[c][s.pile_len[c] - 1]] = 1
     pos += K
     if s.blocked >= 0:
-        out[pos + s.blocked] = 1.0
+        out[pos + s.blocked] = 1
     pos += cfg.colours
     out[pos] = s.deck_len
     out[pos + 1] = s.turn if s.turn < LC_TENSOR_MAX_TURN else LC_TENSOR_MAX_TURN
@@ -470,6 +547,10 @@ cdef int _rollout_action(const void* cfgp, const void* state, uint64_t* rng) noe
 
 cdef void _info_state(const void* cfgp, const void* state, int player, float* out) noexcept nogil:
     lc_info_state(<const LCConfig*>cfgp, <const LCState*>state, player, out)
+
+
+cdef void _info_state_u8(const void* cfgp, const void* state, int player, uint8_t* out) noexcept nogil:
+    lc_info_state_u8(<const LCConfig*>cfgp, <const LCState*>state, player, out)
 
 
 # check_consistency error codes; messages in CHECK_MESSAGES
@@ -811,6 +892,7 @@ cdef class LostCitiesGame(Game):
         self.gd.is_terminal = _is_terminal
         self.gd.returns = _returns
         self.gd.info_state = _info_state
+        self.gd.info_state_u8 = _info_state_u8
         self.gd.check = _check
         self.gd.rollout_action = _rollout_action
         self.gd.resample = _resample

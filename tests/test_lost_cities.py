@@ -515,6 +515,29 @@ def test_feature_segments_match_the_rules_and_leave_the_base_tensor_alone():
     assert seen_gain > 5 and seen_loss > 5
 
 
+@pytest.mark.parametrize("params", [{}, {"features": 1}, {"features": 1, "colours": 6, "wagers": 4},
+                                    {"features": 1, "colours": 4, "ranks": 12}])
+def test_the_uint8_encoder_writes_the_tensor_exactly(params):
+    """The traverser's wire rows come from the game's uint8 encoder: entry for
+    entry the float tensor, for both players, all through random games."""
+    game = engine.load_game("lost_cities", **params)
+    rng = random.Random(11)
+    checked = 0
+    for seed in range(40):
+        state = game.new_initial_state(seed=seed)
+        while True:
+            for player in (0, 1):
+                u8 = state.information_state_tensor_u8(player)
+                assert u8.dtype == np.uint8
+                np.testing.assert_array_equal(u8.astype(np.float32), state.information_state_tensor(player))
+                checked += 1
+            if state.is_terminal():
+                break
+            state.apply_action(rng.choice(state.legal_actions()))
+    assert checked > 40 * 100
+    assert engine.load_game("leduc_poker").new_initial_state(seed=0).information_state_tensor_u8(0) is None
+
+
 def test_features_is_an_encoding_choice_not_a_rule():
     with pytest.raises(ValueError, match="'features' = 2 is out of range"):
         engine.load_game("lost_cities", features=2)

@@ -358,6 +358,7 @@ cdef void _widen_rows(Core* c, int lo, int hi) noexcept nogil:
 cdef int _wire_row(Core* c, Machine* m, int player) noexcept nogil:
     """Encode m's info state for `player` into its wire slot; returns the row."""
     cdef int row, k
+    cdef bint packed
     cdef float* dst
     if player == 0:
         row = c.n_front
@@ -369,8 +370,15 @@ cdef int _wire_row(Core* c, Machine* m, int player) noexcept nogil:
     if not c.wire_u8:
         c.gd.info_state(c.gd.cfg, m.state, player, dst)
         return row
-    c.gd.info_state(c.gd.cfg, m.state, player, c.scratch_row)
-    if _pack_u8(c.scratch_row, c.requests_u8 + <size_t>row * c.tensor_size, c.tensor_size, c.wire_u8_max):
+    if c.gd.info_state_u8 != NULL and c.wire_u8_max >= 255:
+        # the game writes uint8 rows itself (every entry fits): no float pass, no packing
+        c.gd.info_state_u8(c.gd.cfg, m.state, player, c.requests_u8 + <size_t>row * c.tensor_size)
+        packed = True
+    else:
+        c.gd.info_state(c.gd.cfg, m.state, player, c.scratch_row)
+        packed = _pack_u8(c.scratch_row, c.requests_u8 + <size_t>row * c.tensor_size, c.tensor_size,
+                          c.wire_u8_max)
+    if packed:
         k = m.depth - m.prefix
         if 0 <= k < c.info_depths:
             # kept for this node's sample (written after the answer, or after its children)
