@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 from batcher_helpers import stop_processes  # noqa: E402
+from batcher.client import BatcherClient  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
@@ -50,6 +51,14 @@ def test_compose_file_structure():
     for name in ("batcher", "trainer"):
         assert services[name]["healthcheck"]["test"][0] == "CMD"
     assert int(services["worker"]["scale"]) == 12        # the default: 12 workers for a 16-core GPU box
+    # batcher and workers share a tmpfs for their shared-memory slots, owned by the image's user
+    for name in ("batcher", "worker"):
+        assert "slots:/slots" in services[name]["volumes"]
+        cmd = services[name]["command"]
+        assert cmd[cmd.index("--shm-dir") + 1] == "/slots"
+    opts = spec["volumes"]["slots"]["driver_opts"]
+    assert opts["type"] == "tmpfs" and "uid=1000" in opts["o"] and "mode=0700" in opts["o"]
+    assert "--uid 1000" in (ROOT / "deploy" / "Dockerfile").read_text()
     assert services["batcher"]["command"][:3] == ["python", "-m", "batcher"]
     # every ${VAR} used has a documented line in .env.example
     documented = {line.split("=")[0] for line in (ROOT / "deploy" / ".env.example").read_text().splitlines()
@@ -82,6 +91,9 @@ def _as_local(cmd, ports, run_root):
         arg = arg.replace("tcp://127.0.0.1:5555", f"tcp://127.0.0.1:{ports[5555]}")
         arg = arg.replace("('127.0.0.1', 5556)", f"('127.0.0.1', {ports[5556]})")
         arg = arg.replace("/runs/", f"{run_root}/")
+        if arg == "/slots":                   # the shared tmpfs volume: a directory here
+            arg = str(Path(run_root) / "slots")
+            Path(arg).mkdir(exist_ok=True)
         out.append(arg)
     if out and out[0] == "python":
         out[0] = sys.executable
@@ -131,5 +143,11 @@ def test_compose_services_run_as_local_processes_and_train(tmp_path):
         assert "done: iterations 1-2 of 2" in log and "\nevaluation after iteration 2:\n" in log   # the summary
         lines = [json.loads(l) for l in (tmp_path / "compose" / "metrics.jsonl").read_text().splitlines()]
         assert [m["iteration"] for m in lines] == [1, 2] and "exploitability" in lines[-1]
+        mon = BatcherClient(f"tcp://127.0.0.1:{ports[5555]}", timeout_s=10)
+        try:
+            stats = mon.stats()
+        finally:
+            mon.close()
+        assert stats["shm_requests"] > 0 and not stats["errors"]     # the workers' rounds went through /slots
     finally:
         stop_processes(procs)
