@@ -105,10 +105,20 @@ class BatcherClient:
             header["adv_dtype"] = adv_dtype
         self.wire_bytes += sum(a.nbytes for a in arrays)
         if self.shm is not None and self.shm_fallback is None and answer_cols is not None:
-            self._send_shm(req_id, header, arrays, adv_dtype, answer_cols)
-        else:
-            self._start(req_id, P.pack(header, *arrays))
+            try:
+                self._send_shm(req_id, header, arrays, adv_dtype, answer_cols)
+                return req_id
+            except ShmError as e:               # e.g. the directory's file system is full
+                self._give_up_shm(str(e))
+                header.pop("shm", None)
+        self._start(req_id, P.pack(header, *arrays))
         return req_id
+
+    def _give_up_shm(self, why):
+        if self.shm_fallback is None:
+            self.shm_fallback = why
+            log.warning("shared memory unusable for the batcher at %s (%s); sending rows through the socket",
+                        self.endpoint, why)
 
     def _start(self, req_id, frames, shm=None):
         now = time.monotonic()
@@ -214,10 +224,7 @@ class BatcherClient:
         rows = [slot.view(at, P.WIRE_DTYPES[request["rows_dtype"]], shape).copy()
                 for at, shape in zip(rows_at, shapes)]
         self.shm.release(slot)
-        if self.shm_fallback is None:
-            self.shm_fallback = f"[{header.get('code')}] {header.get('error')}"
-            log.warning("the batcher at %s refused shared memory (%s); sending rows through the socket",
-                        self.endpoint, self.shm_fallback)
+        self._give_up_shm(f"the batcher refused it: [{header.get('code')}] {header.get('error')}")
         request.pop("v", None)
         frames = P.pack(request, *rows)
         now = time.monotonic()

@@ -59,12 +59,22 @@ class Slot:
         self.name = name
         self.path = os.path.join(directory, name)
         self.size = size
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as e:
+            raise ShmError(f"cannot create shared-memory slot {self.path}: {e.strerror}") from None
         try:
             os.ftruncate(fd, size)
+            # the pages are reserved now: a full tmpfs fails here with ENOSPC,
+            # not later with SIGBUS on the first write into the map
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, size)
             self.mm = mmap.mmap(fd, size)
-        finally:
+        except OSError as e:
             os.close(fd)
+            os.unlink(self.path)
+            raise ShmError(f"cannot reserve {size} bytes for shared-memory slot {self.path}: {e.strerror}") from None
+        os.close(fd)
         self.buf = np.frombuffer(self.mm, dtype=np.uint8)
         self.seq = 0
 

@@ -442,8 +442,7 @@ def infer_blocking_dtype(client, rows, adv_dtype):
     req_id = next(client._ids)
     frames = P.pack({"type": P.INFER, "id": req_id, "model": 0, "adv_dtype": adv_dtype,
                      **P.array_header("rows", rows)}, rows)
-    client.in_flight[req_id] = [frames, time.monotonic(), time.monotonic(), None]
-    P.send_frames(client.sock, frames)
+    client._start(req_id, frames)       # in flight (resent, timed out) like any request, and sent
     while True:
         for rid, head, adv in client.poll(100):
             if rid == req_id:

@@ -385,3 +385,51 @@ def test_local_services_use_a_fresh_slot_directory_and_remove_it(tmp_path):
         assert H.ping(svc.batcher_endpoint, 30)["shm_dir"] == ""
     finally:
         svc.stop()
+
+
+def test_a_slot_that_cannot_be_reserved_sends_the_rows_through_the_socket(tmp_path):
+    """A full file system (here: a file-size limit under the slot's size) fails
+    when the slot is created, with a clear reason, never later inside the map
+    (SIGBUS); the client sends that request and the later ones through the
+    socket and the answers are right."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    child = f"""
+import json, resource, sys, time
+import numpy as np
+sys.path.insert(0, {str(H.ROOT)!r})
+from batcher.client import BatcherClient
+resource.setrlimit(resource.RLIMIT_FSIZE, (32 << 10, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+c = BatcherClient(sys.argv[1], timeout_s=20, shm_dir={str(shm)!r})
+rows = np.random.default_rng(0).integers(0, 2, (300, {LEDUC.information_state_tensor_size()})).astype(np.uint8)
+out = []
+for _ in range(2):
+    rid = c.send_infer_segments([(0, rows), (1, rows[:7])], answer_cols=[{LEDUC.num_distinct_actions()}] * 2)
+    got = None
+    while got is None:
+        for i, h, a in c.poll(100):
+            got = [x.tolist() for x in a]
+    out.append(got)
+print(json.dumps({{"fallback": c.shm_fallback, "answers": out}}))
+c.close()
+"""
+    with H.BatcherProcess(args=["--init-game", "leduc_poker", "--hidden", "16", "16", "--shm-dir", str(shm)],
+                          log_path=tmp_path / "batcher.log") as bp:
+        bp.start()
+        r = H.run_cli(["-c", child, bp.endpoint], timeout=60)
+        assert r.returncode == 0, r.stderr
+        stats_client = BatcherClient(bp.endpoint, timeout_s=10)
+        try:
+            stats = stats_client.stats()
+        finally:
+            stats_client.close()
+    import json
+    got = json.loads(r.stdout)
+    assert "cannot reserve" in got["fallback"] and "File too large" in got["fallback"]
+    assert stats["shm_requests"] == 0 and not stats["errors"]
+    rows = np.random.default_rng(0).integers(0, 2, (300, LEDUC.information_state_tensor_size())).astype(np.uint8)
+    nets = nets_for(LEDUC)
+    for answers in got["answers"]:
+        np.testing.assert_allclose(np.array(answers[0], np.float32), forward(nets[0], rows), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(np.array(answers[1], np.float32), forward(nets[1], rows[:7]), atol=1e-5, rtol=0)
+    assert list(shm.iterdir()) == []
