@@ -51,12 +51,26 @@ cdef extern from *:
     static void lc_u8_to_f32(const unsigned char* restrict src, float* restrict dst, int n) {
         for (int i = 0; i < n; i++) dst[i] = (float)src[i];
     }
-    /* dst[i] = bit i of the two-word mask m, as 0.0 or 1.0 */
-    static void lc_bits_to_f32(const uint64_t* restrict m, float* restrict dst, int n) {
-        for (int i = 0; i < n; i++) dst[i] = (float)((m[i >> 6] >> (i & 63)) & 1U);
-    }
+    /* dst[i] = bit i of the two-word mask m, as 0 or 1 (n <= 128). Eight bits
+       at a time: the byte is copied into every byte of a word, byte j keeps
+       bit j, and adding 0x7F to each byte carries a set bit to the byte's top,
+       shifted down to its bottom (little-endian: byte j lands at dst[j]). */
     static void lc_bits_to_u8(const uint64_t* restrict m, unsigned char* restrict dst, int n) {
-        for (int i = 0; i < n; i++) dst[i] = (unsigned char)((m[i >> 6] >> (i & 63)) & 1U);
+        for (int i = 0; i < n; i += 8) {
+            uint64_t b = (m[i >> 6] >> (i & 63)) & 0xFFu;
+            uint64_t x = (b * 0x0101010101010101ULL) & 0x8040201008040201ULL;
+            x = ((x + 0x7F7F7F7F7F7F7F7FULL) >> 7) & 0x0101010101010101ULL;
+            if (i + 8 <= n) {
+                memcpy(dst + i, &x, 8);
+            } else {
+                for (int j = 0; i + j < n; j++) dst[i + j] = (unsigned char)(x >> (8 * j));
+            }
+        }
+    }
+    static void lc_bits_to_f32(const uint64_t* restrict m, float* restrict dst, int n) {
+        unsigned char tmp[128];
+        lc_bits_to_u8(m, tmp, n);
+        for (int i = 0; i < n; i++) dst[i] = (float)tmp[i];
     }
     /* unseen[k] = copies[k] - a[k] - b[k] - c[k] - d[k] - e[k], saturated to [0, 255] */
     #define LC_UNSEEN(NAME, T) \
