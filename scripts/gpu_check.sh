@@ -16,6 +16,8 @@
 #   STEPS=scaling WORKERS=12,15 ADV="float32 float16 float32 float16" bash scripts/gpu_check.sh
 #       # the scaling curve once per answer dtype, in the order given (alternate to see drift);
 #       # the ceiling once per distinct answer dtype
+#   STEPS="scaling ceiling" WORKERS=12,15 SHM="on off on off" bash scripts/gpu_check.sh
+#       # rows and answers through shared memory (on, the default) or the socket (off), alternating
 #
 # Needs the project's Python dependencies (scripts/install.sh, or wheels
 # installed beforehand where nothing can be fetched). Builds in place.
@@ -31,6 +33,7 @@ STEPS=${STEPS:-tests scaling train bench ceiling}      # the build always runs
 TESTS=${TESTS:-tests/test_batcher.py tests/test_trainer.py}
 FIF=${FIF:-default}
 ADV=${ADV:-float32}
+SHM=${SHM:-on}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -80,10 +83,14 @@ if has scaling; then
         fif=()
         [ "$f" = default ] || fif=(--forwards-in-flight "$f")
         for a in $ADV; do
-            n=$((n + 1))
-            step scaling 200 "$PY" -m benchmarks.scaling --workers "$WORKERS" --device "$DEVICE" "${window[@]}" \
-                "${fif[@]}" --adv-dtype "$a" --out "/tmp/gpu_check_scaling_$n"
-            cp "/tmp/gpu_check_scaling_$n.json" "/tmp/gpu_check_scaling_json/${n}_fif${f}_$a.json" 2>/dev/null
+            for s in $SHM; do
+                n=$((n + 1))
+                shm=(); [ "$s" = off ] && shm=(--no-shm)
+                step scaling 200 "$PY" -m benchmarks.scaling --workers "$WORKERS" --device "$DEVICE" "${window[@]}" \
+                    "${fif[@]}" "${shm[@]}" --adv-dtype "$a" --out "/tmp/gpu_check_scaling_$n"
+                cp "/tmp/gpu_check_scaling_$n.json" "/tmp/gpu_check_scaling_json/${n}_fif${f}_${a}_shm$s.json" \
+                    2>/dev/null
+            done
         done
     done
     tar -C /tmp/gpu_check_scaling_json -cf "$OUT/scaling_json.tar" .     # one file back, whatever the count
@@ -106,9 +113,12 @@ EOF
 
 has bench && step bench 120 "$PY" -m batcher.bench --device "$DEVICE" --json --seconds 4 --workers 1
 if has ceiling; then
-    for a in $(printf '%s\n' $ADV | awk '!seen[$0]++'); do      # once per answer dtype
-        step ceiling 120 "$PY" -m benchmarks.scaling --ceiling --device "$DEVICE" "${window[@]}" --adv-dtype "$a" \
-            --set rollouts=1 --set rollout_resample=false --out "/tmp/gpu_check_ceiling_$a"
+    for a in $(printf '%s\n' $ADV | awk '!seen[$0]++'); do      # once per answer dtype and shm setting
+        for s in $(printf '%s\n' $SHM | awk '!seen[$0]++'); do
+            shm=(); [ "$s" = off ] && shm=(--no-shm)
+            step ceiling 120 "$PY" -m benchmarks.scaling --ceiling --device "$DEVICE" "${window[@]}" --adv-dtype "$a" \
+                "${shm[@]}" --set rollouts=1 --set rollout_resample=false --out "/tmp/gpu_check_ceiling_${a}_$s"
+        done
     done
 fi
 
