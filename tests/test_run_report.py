@@ -199,6 +199,7 @@ def test_batcher_killed_mid_run_leaves_no_negative_rate(tmp_path, monkeypatch):
     assert [m["iteration"] for m in lines] == [1, 2]
     for m in lines:
         assert m["batcher_rows"] > 0 and m["queries_per_s"] > 0, m
+        assert m["batcher_shm_requests"] > 0, m       # the local workers' rounds came through shared memory
 
 
 def test_float16_answers_reach_the_local_workers(tmp_path, monkeypatch):
@@ -222,3 +223,12 @@ def test_float16_answers_reach_the_local_workers(tmp_path, monkeypatch):
     assert cmd[cmd.index("--adv-dtype") + 1] == "float16"
     assert last["iteration"] == 2 and last["batcher_rows"] > 0 and last["dropped_rows"] == 0, last
     assert last["samples_adv_0"] > 0 and last["samples_adv_1"] > 0, last
+
+
+def test_batcher_shm_false_sends_the_local_workers_rounds_through_the_socket(tmp_path):
+    """service.batcher_shm: false: a run whose rounds all went through the
+    socket (the default's run above counts them in batcher_shm_requests)."""
+    from trainer import loop
+    cfg = load_config(ROOT / "configs" / "leduc.yaml", LEDUC + ["service.batcher_shm=false"])
+    last = loop.Trainer(cfg, tmp_path / "run", log=lambda *_: None).run()
+    assert last["iteration"] == 2 and last["batcher_rows"] > 0 and last["batcher_shm_requests"] == 0, last

@@ -372,7 +372,7 @@ class Trainer:
             t = self.start_iteration - 1
             for t in range(self.start_iteration, cfg.train.iterations + 1):
                 m = {"iteration": t}
-                batcher_rows = 0
+                batcher_rows = batcher_shm = 0
                 for p in (0, 1):
                     if self.sdcfr is not None:
                         # the opponent's policy in this phase, as the strategy memory samples it
@@ -383,6 +383,8 @@ class Trainer:
                     # a snapshot per phase: a batcher restart loses only that phase's earlier rows
                     bstats = batcher_snapshot(client)
                     batcher_rows += counter_growth(stats_at, bstats, "rows")[0]
+                    if "shm_requests" in bstats and "shm_requests" in stats_at:
+                        batcher_shm += counter_growth(stats_at, bstats, "shm_requests")[0]
                     stats_at = bstats
                     m[f"samples_adv_{p}"] = added["adv"]
                     m[f"samples_strat_{p}"] = added["strat"]
@@ -396,6 +398,7 @@ class Trainer:
                 m["time_traverse_s"] = m["time_traverse_s_0"] + m["time_traverse_s_1"]
                 m["time_train_s"] = m["time_train_s_0"] + m["time_train_s_1"]
                 m["batcher_rows"] = batcher_rows
+                m["batcher_shm_requests"] = batcher_shm     # rounds that came through shared memory
                 m["queries_per_s"] = m["batcher_rows"] / max(m["time_traverse_s"], 1e-9)
                 m["batcher_mean_batch"] = bstats["mean_batch"]
                 m["batcher_busy_fraction"] = bstats["busy_fraction"]
