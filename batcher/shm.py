@@ -154,10 +154,12 @@ class ServerMaps:
         self.maps = {}           # name -> (mmap, uint8 array, uint64 view of the sequence number)
 
     def get(self, name):
+        if not isinstance(name, str):
+            raise ShmError(f"shared-memory name must be a string, got {type(name).__name__}")
         entry = self.maps.get(name)
         if entry is not None:
             return entry
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not _NAME.match(name):
             raise ShmError(f"shared-memory name {name!r} is not a slot name ({NAME_PREFIX}..., letters, "
                            f"digits, '_', '.', '-')")
         if len(self.maps) >= self.max_maps:

@@ -173,6 +173,9 @@ def test_bad_slot_requests_get_error_replies_and_the_service_goes_on(tmp_path):
         ({"shm_name": "/etc/passwd"}, "bad_shm"),
         ({"shm_name": "not-a-slot"}, "bad_shm"),
         ({"shm_name": 7}, "bad_shm"),
+        ({"shm_name": [1, 2]}, "bad_shm"),
+        ({"shm_name": b"dcfr-x"}, "bad_shm"),
+        ({"shm_name": None}, "bad_shm"),
         ({"shm_name": "dcfr-missing"}, "bad_shm"),
         ({"shm_name": "dcfr-small"}, "bad_shm"),
         ({"shm_name": "dcfr-dir"}, "bad_shm"),
@@ -433,3 +436,59 @@ c.close()
         np.testing.assert_allclose(np.array(answers[0], np.float32), forward(nets[0], rows), atol=1e-5, rtol=0)
         np.testing.assert_allclose(np.array(answers[1], np.float32), forward(nets[1], rows[:7]), atol=1e-5, rtol=0)
     assert list(shm.iterdir()) == []
+
+
+def test_random_slot_requests_each_get_one_reply_and_the_service_goes_on(tmp_path):
+    """Fuzz: shared-memory infers with random names, sequence numbers,
+    offsets, shapes and dtypes (some valid) each get exactly one reply, an
+    error code or a result (never `internal`); the batcher keeps serving and
+    never writes into a slot's header."""
+    import random
+    nets = nets_for(LEDUC)
+    T, A = LEDUC.information_state_tensor_size(), LEDUC.num_distinct_actions()
+    slots = ClientSlots(str(tmp_path))
+    slot = slots.acquire(8192)
+    slot.bump()
+    rng = random.Random(3)
+    ints = [0, 1, 63, HEADER_BYTES, 128, 4096, slot.size - 1, slot.size, slot.size + 64, -1, 2 ** 40, -(2 ** 40)]
+    replies = {}
+    with H.InProcessBatcher(served(nets), shm_dir=str(tmp_path)) as srv:
+        s = srv.dealer()
+        mutations = {
+            "models": lambda h: rng.choice([[0, 5], [0], [0, 1, 1], "x"]),
+            "rows_dtype": lambda h: rng.choice(["float32", "int64", 7, None]),
+            "rows_shapes": lambda h: rng.choice([[[3, T + 1], [2, T]], [[3, T]], [[-1, T], [2, T]],
+                                                  [[10 ** 6, T], [2, T]], "x"]),
+            "shm_name": lambda h: rng.choice(["dcfr-none", "../x", "", 5, None]),
+            "shm_seq": lambda h: rng.choice([slot.seq + 1, slot.seq - 1, "1", None]),
+            "shm_rows": lambda h: [rng.choice(ints) for _ in range(rng.choice([1, 2, 3]))],
+            "shm_adv": lambda h: [rng.choice(ints) for _ in range(rng.choice([1, 2, 3]))],
+        }
+        for i in range(300):
+            head, _ = _shm_request(slot, [u8_rows(3, T, i), u8_rows(2, T, i + 1)], [0, 1], A, i)
+            if rng.random() < 0.7:                  # a valid request with one field broken
+                key = rng.choice(sorted(mutations))
+                value = mutations[key](head)
+                if key.startswith("shm_"):
+                    head["shm"][key[4:]] = value
+                else:
+                    head[key] = value
+            s.send(msgpack.packb(head, use_bin_type=True))
+        deadline = time.monotonic() + 30
+        while len(replies) < 300:
+            assert time.monotonic() < deadline, f"{300 - len(replies)} fuzz messages got no reply"
+            got = H.recv_reply(s, 1000)
+            if got is None:
+                continue
+            assert got[0]["id"] not in replies, "two replies to one message"
+            replies[got[0]["id"]] = got[0]["type"] if got[0]["type"] != P.ERROR else got[0]["code"]
+        assert srv.serving()
+        # nothing was written into the slot's header: the sequence number stands, the rest is zero
+        assert int(slot.buf[:8].view(np.uint64)[0]) == slot.seq and not slot.buf[8:HEADER_BYTES].any()
+        assert "internal" not in replies.values(), [i for i, c in replies.items() if c == "internal"]
+        assert P.RESULT in replies.values() and len(set(replies.values())) >= 5, set(replies.values())
+        s2 = srv.dealer()
+        head, adv_at = _shm_request(slot, [u8_rows(3, T, 0)], [0], A, 999)
+        got = H.exchange(s2, [msgpack.packb(head, use_bin_type=True)])
+        assert got[0]["type"] == P.RESULT
+    slots.close()
