@@ -110,7 +110,7 @@ def load_generator(endpoint, rows, segments, in_flight, seconds, cpu=None, resul
     import msgpack
     import zmq
     from batcher import protocol as P
-    from batcher.shm import HEADER_BYTES, ClientSlots, align
+    from batcher.shm import ClientSlots, layout
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     wire = np.ascontiguousarray(rows, dtype=np.uint8)
@@ -126,12 +126,11 @@ def load_generator(endpoint, rows, segments, in_flight, seconds, cpu=None, resul
     ids = itertools.count()
     slots, owner = ClientSlots(shm_dir) if shm_dir else None, {}
     if slots is not None:
-        rows_at = [HEADER_BYTES + i * align(wire.nbytes) for i in range(segments)]
-        adv_bytes = align(len(wire) * num_actions * (2 if adv_dtype == "float16" else 4))
-        adv_at = [rows_at[-1] + align(wire.nbytes) + i * adv_bytes for i in range(segments)]
+        rows_at, adv_at, nbytes = layout([wire.nbytes] * segments,
+                                         [len(wire) * num_actions * (2 if adv_dtype == "float16" else 4)] * segments)
         free = []
         for _ in range(in_flight):
-            slot = slots.acquire(adv_at[-1] + adv_bytes - HEADER_BYTES)
+            slot = slots.acquire(nbytes)
             for at in rows_at:
                 slot.view(at, np.uint8, wire.shape)[...] = wire
             free.append(slot)

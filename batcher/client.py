@@ -22,7 +22,7 @@ import numpy as np
 import zmq
 
 from batcher import protocol as P
-from batcher.shm import HEADER_BYTES, ClientSlots, ShmError, align
+from batcher.shm import ClientSlots, ShmError, layout
 
 log = logging.getLogger("batcher.client")
 
@@ -128,15 +128,9 @@ class BatcherClient:
         """The request's rows copied into a free slot; the message names the
         slot, its sequence number and the offsets of the rows and answers."""
         item = 2 if adv_dtype == "float16" else 4
-        off = HEADER_BYTES
-        rows_at, adv_at = [], []
-        for a in arrays:
-            rows_at.append(off)
-            off = align(off + a.nbytes)
-        for a, cols in zip(arrays, answer_cols):
-            adv_at.append(off)
-            off = align(off + a.shape[0] * int(cols) * item)
-        slot = self.shm.acquire(off - HEADER_BYTES)
+        rows_at, adv_at, nbytes = layout([a.nbytes for a in arrays],
+                                         [a.shape[0] * int(cols) * item for a, cols in zip(arrays, answer_cols)])
+        slot = self.shm.acquire(nbytes)
         seq = slot.bump()
         for a, at in zip(arrays, rows_at):
             np.copyto(slot.view(at, a.dtype, a.shape), a)

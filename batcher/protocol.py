@@ -152,8 +152,9 @@ def decode_arrays(header, name, frames, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, exp
     return [check_array(name, dtype_name, shape, frame, max_bytes, c) for shape, frame, c in zip(shapes, frames, cols)]
 
 
-def check_array(name, dtype_name, shape, frame, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, expect_cols=None):
-    """`frame` as a 2-D array of wire dtype `dtype_name` and `shape`, checked."""
+def array_nbytes(name, dtype_name, shape, max_bytes=DEFAULT_MAX_MESSAGE_BYTES):
+    """(dtype, bytes) of the 2-D array a header describes with wire dtype
+    `dtype_name` and `shape`, both checked, and the size against the limit."""
     dtype = _NP_DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     if dtype is None:
         raise ProtocolError("bad_dtype", f"{name} dtype {dtype_name!r} not allowed (allowed: {sorted(WIRE_DTYPES)})")
@@ -164,6 +165,12 @@ def check_array(name, dtype_name, shape, frame, max_bytes=DEFAULT_MAX_MESSAGE_BY
     nbytes = shape[0] * shape[1] * dtype.itemsize
     if nbytes > max_bytes:
         raise ProtocolError("too_large", f"{name} of {nbytes} bytes exceeds the {max_bytes}-byte limit")
+    return dtype, nbytes
+
+
+def check_array(name, dtype_name, shape, frame, max_bytes=DEFAULT_MAX_MESSAGE_BYTES, expect_cols=None):
+    """`frame` as a 2-D array of wire dtype `dtype_name` and `shape`, checked."""
+    dtype, nbytes = array_nbytes(name, dtype_name, shape, max_bytes)
     buf = memoryview(frame)
     if buf.nbytes != nbytes:
         raise ProtocolError("bad_shape", f"{name} frame has {buf.nbytes} bytes, header says {shape} {dtype_name} = {nbytes}")

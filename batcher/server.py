@@ -475,10 +475,9 @@ class Batcher:
         shapes = header.get("rows_shapes")
         if not isinstance(shapes, list) or len(shapes) != k:
             raise P.ProtocolError("bad_shape", f"rows_shapes must be a list of {k} shapes, got {shapes!r}")
-        dtype = P.WIRE_DTYPES.get(header.get("rows_dtype")) if isinstance(header.get("rows_dtype"), str) else None
         segments = []
         for i, (spec, shape, off) in enumerate(zip(specs, shapes, shm["rows"])):
-            nbytes = _shape_bytes(shape, np.dtype(dtype).itemsize) if dtype is not None else 0
+            _, nbytes = P.array_nbytes("rows", header.get("rows_dtype"), shape, self.opts.max_message_bytes)
             if not HEADER_BYTES <= off <= size - nbytes:
                 raise P.ProtocolError("bad_shm", f"rows of segment {i} ({nbytes} bytes at {off}) lie outside "
                                                  f"the {size}-byte slot's payload")
@@ -685,13 +684,6 @@ class Batcher:
                  "busy %.0f%%, models %s, errors %s", s["rows_per_s"], s["requests_per_s"], s["mean_batch"],
                  s["queue_wait_us"]["p50"], s["queue_wait_us"]["p99"], s["forward_ms_mean"],
                  100 * s["busy_fraction"], s["versions"], s["errors"] or "none")
-
-
-def _shape_bytes(shape, itemsize):
-    """Bytes of a [rows, cols] shape, or 0 for anything else (check_array names the problem)."""
-    if type(shape) is list and len(shape) == 2 and all(type(x) is int and x >= 0 for x in shape):
-        return shape[0] * shape[1] * itemsize
-    return 0
 
 
 _F16 = np.dtype(np.float16)

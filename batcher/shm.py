@@ -89,17 +89,17 @@ class Slot:
         n = int(np.prod(shape))
         return self.buf[offset:offset + n * dtype.itemsize].view(dtype).reshape(shape)
 
-    def close(self, unlink=True):
+    def close(self):
+        """Unmap and remove the file."""
         self.buf = None
         try:
             self.mm.close()
         except BufferError:
             pass                 # a view handed out is still alive; the map goes with it
-        if unlink:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
 
 class ClientSlots:
@@ -140,6 +140,18 @@ class ClientSlots:
 
 def align(n, to=64):
     return (n + to - 1) // to * to
+
+
+def layout(rows_bytes, adv_bytes):
+    """Where a request's parts go in a slot: each segment's rows, then each
+    segment's answers, every part 64-byte aligned after the header. Returns
+    (rows offsets, answer offsets, payload bytes the slot needs)."""
+    off, rows_at, adv_at = HEADER_BYTES, [], []
+    for at, sizes in ((rows_at, rows_bytes), (adv_at, adv_bytes)):
+        for n in sizes:
+            at.append(off)
+            off = align(off + n)
+    return rows_at, adv_at, off - HEADER_BYTES
 
 
 class ServerMaps:

@@ -221,12 +221,17 @@ cdef class State:
         """Actions applied to this object since its deal (or from_dict)."""
         return list(self._history)
 
-    def information_state_tensor(self, player=None):
-        """The info-state tensor of `player` (default: the player to act)."""
+    def _viewer(self, player):
+        """`player` checked (0 or 1; None: the player to act)."""
         if player is None:
             player = self.current_player()
         if player not in (0, 1):
             raise ValueError(f"player must be 0 or 1, got {player!r}")
+        return player
+
+    def information_state_tensor(self, player=None):
+        """The info-state tensor of `player` (default: the player to act)."""
+        player = self._viewer(player)
         out = np.zeros(self.game.gd.tensor_size, dtype=np.float32)
         cdef float[::1] view = out
         self.game.gd.info_state(self.game.gd.cfg, self.data, <int>player, &view[0])
@@ -235,10 +240,7 @@ cdef class State:
     def information_state_tensor_u8(self, player=None):
         """The same tensor as uint8, from the game's own uint8 encoder (the
         traverser's wire rows); None for a game without one."""
-        if player is None:
-            player = self.current_player()
-        if player not in (0, 1):
-            raise ValueError(f"player must be 0 or 1, got {player!r}")
+        player = self._viewer(player)
         if self.game.gd.info_state_u8 == NULL:
             return None
         out = np.zeros(self.game.gd.tensor_size, dtype=np.uint8)

@@ -23,7 +23,7 @@ import engine  # noqa: E402
 from batcher import protocol as P  # noqa: E402
 from batcher.client import BatcherClient  # noqa: E402
 from batcher.networks import net_for_game  # noqa: E402
-from batcher.shm import HEADER_BYTES, ClientSlots, align  # noqa: E402
+from batcher.shm import HEADER_BYTES, ClientSlots, layout  # noqa: E402
 from traverser.config import TraverserConfig  # noqa: E402
 from traverser.local import LocalEvaluator, run_local, sort_samples  # noqa: E402
 from traverser.worker import run_remote  # noqa: E402
@@ -136,15 +136,9 @@ def test_a_batcher_that_refuses_slots_gets_the_rows_through_the_socket(tmp_path,
 
 def _shm_request(slot, rows, model_ids, num_actions, req_id, **change):
     """A raw shared-memory infer for `rows` (one array per model) written into `slot`."""
-    rows_at, off = [], HEADER_BYTES
-    for r in rows:
-        slot.view(off, r.dtype, r.shape)[...] = r
-        rows_at.append(off)
-        off = align(off + r.nbytes)
-    adv_at = []
-    for r in rows:
-        adv_at.append(off)
-        off = align(off + r.shape[0] * num_actions * 4)
+    rows_at, adv_at, _ = layout([r.nbytes for r in rows], [r.shape[0] * num_actions * 4 for r in rows])
+    for r, at in zip(rows, rows_at):
+        slot.view(at, r.dtype, r.shape)[...] = r
     head = {"v": P.PROTOCOL_VERSION, "type": P.INFER, "id": req_id, "models": model_ids,
             **P.arrays_header("rows", rows), "shm": {"name": slot.name, "seq": slot.seq, "rows": rows_at,
                                                      "adv": adv_at}}
