@@ -78,6 +78,8 @@ def unpack_header(frame):
 
 def compact_rows(x):
     """The narrowest wire dtype that holds float32 rows `x` exactly, and x in it."""
+    if x.dtype == np.uint8:
+        return "uint8", x
     if x.size == 0:
         return "float32", x
     lo, hi = x.min(), x.max()

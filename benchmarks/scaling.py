@@ -312,41 +312,52 @@ def run_point(args, n_workers, cpus=(None, None)):
 # ---------------------------------------------------------------------------
 # the service's own ceiling
 
-def uniform_limit(seconds, warmup_s, machines, cpu=None):
+class UniformRun:
     """In-process uniform-policy traversal (no network, no service) of the
-    configured traversal on this process (pinned to `cpu`): nodes/s and
-    nodes per CPU second over a window after warm-up."""
-    import engine
-    from traverser._traverse import MachineGroup
-    from traverser.config import TraverserConfig
-    game_cfg, traversal = load_config()
-    game = engine.load_game(game_cfg["name"], **(game_cfg.get("params") or {}))
-    cfg = TraverserConfig(**traversal, uniform_policy=True)
-    before = os.sched_getaffinity(0)
-    if cpu is not None:
-        os.sched_setaffinity(0, {cpu})
-    try:
-        g = MachineGroup(game, cfg, n_machines=machines)
-        g.start(np.zeros(0, np.int64), np.zeros(0, np.int8), 1, 0, 1.0)
-        next_id, samples = 0, []
-        t_start = time.monotonic()
-        while True:
-            now = time.monotonic()
-            samples.append({"t": now, "cpu_s": time.process_time(), "queries": 0, **g.stats()})
-            if now - t_start > warmup_s + seconds:
-                break
-            if g.queued() < machines:
-                ids = np.arange(next_id, next_id + 4 * machines)
-                next_id += len(ids)
-                g.extend(ids, ids % 2)
-            g.step()
-            g.drain_advantage()
-            g.drain_strategy()
-    finally:
-        os.sched_setaffinity(0, before)
-    d = window_delta(samples, t_start + warmup_s, t_start + warmup_s + seconds)
-    return {"nodes_per_s": d["nodes"] / d["seconds"], "nodes_per_cpu_s": d["nodes"] / max(d["cpu_s"], 1e-9),
-            "nodes": d["nodes"], "seconds": d["seconds"]}
+    configured traversal: the engine-side limit. run() steps it on core
+    `cpu` for a while and counts only what follows its settle time."""
+
+    def __init__(self, machines, cpu=None):
+        import engine
+        from traverser._traverse import MachineGroup
+        from traverser.config import TraverserConfig
+        game_cfg, traversal = load_config()
+        game = engine.load_game(game_cfg["name"], **(game_cfg.get("params") or {}))
+        self.group = MachineGroup(game, TraverserConfig(**traversal, uniform_policy=True), n_machines=machines)
+        self.group.start(np.zeros(0, np.int64), np.zeros(0, np.int8), 1, 0, 1.0)
+        self.machines, self.cpu, self.next_id = machines, cpu, 0
+
+    def run(self, settle_s, seconds):
+        """{"nodes", "cpu_s", "seconds"} stepped in the `seconds` after `settle_s`."""
+        g = self.group
+        before = os.sched_getaffinity(0)
+        if self.cpu is not None:
+            os.sched_setaffinity(0, {self.cpu})
+        try:
+            t_start = time.monotonic()
+            samples = []
+            while True:
+                now = time.monotonic()
+                samples.append({"t": now, "cpu_s": time.process_time(), "queries": 0, **g.stats()})
+                if now - t_start > settle_s + seconds:
+                    break
+                if g.queued() < self.machines:
+                    ids = np.arange(self.next_id, self.next_id + 4 * self.machines)
+                    self.next_id += len(ids)
+                    g.extend(ids, ids % 2)
+                g.step()
+                g.drain_advantage()
+                g.drain_strategy()
+        finally:
+            os.sched_setaffinity(0, before)
+        return window_delta(samples, t_start + settle_s, t_start + settle_s + seconds)
+
+
+def add_up(slices):
+    """Nodes/s and nodes per CPU second over a list of window_delta() slices."""
+    nodes, seconds, cpu = (sum(d[k] for d in slices) for k in ("nodes", "seconds", "cpu_s"))
+    return {"nodes_per_s": nodes / seconds, "nodes_per_cpu_s": nodes / max(cpu, 1e-9), "nodes": nodes,
+            "seconds": seconds, "cpu_s": cpu}
 
 
 def saturated_batcher(args, cpus):
@@ -385,23 +396,78 @@ def saturated_batcher(args, cpus):
             **batcher_window(s0, s1, t1 - t0), **thread_shares(c0, c1, t1 - t0)}
 
 
+def remote_against_uniform(args, cpus):
+    """One remote worker (null forward) and the in-process uniform-policy
+    traversal, taking turns on the same core: --slices slices of each, their
+    counted seconds adding up to --window-s per side. The worker is stopped
+    (SIGSTOP) while the uniform run steps and continued after it, so the two
+    see the same machine in the same seconds: this machine's speed drifts by
+    up to 20% over a minute, which one run before and one after did not
+    cancel. Each slice counts only after a settle time (caches refill)."""
+    slice_s = args.window_s / args.slices
+    settle_s = min(0.3, slice_s / 2)
+    shm_dir = local_shm_dir() if args.shm else ""
+    proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.batcher_threads, True,
+                                   args.max_wait_us, cpu=cpus[0], transport=args.transport,
+                                   forwards_in_flight=args.forwards_in_flight, shm_dir=shm_dir)
+    worker = None
+    remote, uniform, batcher, pairs = [], [], [], []
+    try:
+        worker = Worker(endpoint, args.groups, args.machines, args.threads, cpu=cpus[1], interval=0.05,
+                        adv_dtype=args.adv_dtype, shm_dir=shm_dir)
+        deadline = time.monotonic() + 120
+        while not worker.started():
+            if time.monotonic() > deadline or worker.proc.poll() is not None:
+                raise RuntimeError("the worker did not start: " + (
+                    worker.proc.stderr.read()[-500:] if worker.proc.poll() is not None else "timed out"))
+            time.sleep(0.05)
+        time.sleep(args.warmup_s)
+        worker.proc.send_signal(signal.SIGSTOP)
+        uni = UniformRun(args.machines, cpu=cpus[1])
+        uni.run(0.0, min(args.warmup_s, 1.0))                 # its own warm-up
+        for _ in range(args.slices):
+            worker.proc.send_signal(signal.SIGCONT)
+            time.sleep(settle_s)
+            t0, s0 = time.monotonic(), batcher_stats(endpoint)
+            time.sleep(slice_s)
+            t1, s1 = time.monotonic(), batcher_stats(endpoint)
+            worker.proc.send_signal(signal.SIGSTOP)
+            remote.append(window_delta(worker.samples, t0, t1))
+            batcher.append((s0, s1, t1 - t0))
+            uniform.append(uni.run(settle_s, slice_s))
+            pairs.append((remote[-1]["nodes"] / remote[-1]["seconds"]) / (uniform[-1]["nodes"] / uniform[-1]["seconds"]))
+        worker.proc.send_signal(signal.SIGCONT)
+        worker.stop()
+    finally:
+        if worker is not None and worker.proc.poll() is None:
+            worker.proc.send_signal(signal.SIGCONT)
+            worker.proc.kill()
+        proc.terminate()
+        proc.wait(timeout=10)
+        remove_local_endpoint(endpoint)
+        if shm_dir:
+            shutil.rmtree(shm_dir, ignore_errors=True)
+    rows = sum(s1["rows"] - s0["rows"] for s0, s1, _ in batcher)
+    cpu = sum(s1["cpu_s"] - s0["cpu_s"] for s0, s1, _ in batcher)
+    seconds = sum(dt for _, _, dt in batcher)
+    forwards = sum(s1["forwards"] - s0["forwards"] for s0, s1, _ in batcher)
+    r = add_up(remote)
+    r.update(worker_cpu_mean=r["cpu_s"] / r["seconds"], batcher_rows_per_s=rows / seconds,
+             batcher_cpu_us_per_row=1e6 * cpu / max(rows, 1), mean_batch=rows / max(forwards, 1))
+    return r, {**add_up(uniform), "slices": uniform}, pairs
+
+
 def ceiling(args):
     pin = not args.no_pin and os.cpu_count() >= 2
     cpus = (0, 1) if pin else (None, None)
     saturated = saturated_batcher(args, cpus)
-    uni = uniform_limit(args.window_s, args.warmup_s, args.machines, cpu=cpus[1])
-    args.null_forward = True
-    remote = run_point(args, 1, cpus)
-    uni2 = uniform_limit(args.window_s, args.warmup_s, args.machines, cpu=cpus[1])
-    uniform = {"nodes_per_s": (uni["nodes_per_s"] + uni2["nodes_per_s"]) / 2,
-               "nodes_per_cpu_s": (uni["nodes_per_cpu_s"] + uni2["nodes_per_cpu_s"]) / 2,
-               "runs": [uni, uni2]}
-    worker_per_cpu_s = remote["nodes_per_s"] / max(remote["worker_cpu_mean"], 1e-9)
+    remote, uniform, pairs = remote_against_uniform(args, cpus)
     return {"pinned": pin, "transport": local_transport(args.transport), "shm": args.shm, "machines": args.machines,
-            "groups": args.groups, "traversal": load_config()[1],
+            "groups": args.groups, "traversal": load_config()[1], "slices": args.slices,
             "batcher_cpu_us_per_row": saturated["batcher_cpu_us_per_row"], "goal_cpu_us_per_row": GOAL_CPU_US_PER_ROW,
             "remote_share": remote["nodes_per_s"] / uniform["nodes_per_s"],
-            "remote_share_per_cpu_s": worker_per_cpu_s / uniform["nodes_per_cpu_s"],
+            "remote_share_per_cpu_s": remote["nodes_per_cpu_s"] / uniform["nodes_per_cpu_s"],
+            "remote_share_slices": pairs,
             "goal_remote_share": GOAL_REMOTE_SHARE, "saturated": saturated, "uniform": uniform, "remote": remote,
             "loadavg_after": os.getloadavg()}
 
@@ -423,9 +489,11 @@ def print_ceiling(c):
     print(f"  1 worker ({c['groups']} groups x {c['machines']} machines): {r['nodes_per_s']:,.0f} nodes/s, "
           f"worker CPU {r['worker_cpu_mean']:.2f} of a core; batcher {r['batcher_rows_per_s']:,.0f} rows/s at "
           f"{r['batcher_cpu_us_per_row']:.2f} us CPU per row (mostly idle), mean batch {r['mean_batch']:.0f}")
-    print(f"  in-process uniform policy, same core: {u['nodes_per_s']:,.0f} nodes/s (mean of a run before and after)")
+    print(f"  in-process uniform policy, same core, taking turns with the worker in {c['slices']} slices each: "
+          f"{u['nodes_per_s']:,.0f} nodes/s")
+    pairs = c["remote_share_slices"]
     print(f"  remote share of the uniform limit: {c['remote_share']:.2f} (goal >= {c['goal_remote_share']}); "
-          f"per CPU second: {c['remote_share_per_cpu_s']:.2f}")
+          f"per CPU second: {c['remote_share_per_cpu_s']:.2f}; slice by slice {min(pairs):.2f}-{max(pairs):.2f}")
 
 
 # ---------------------------------------------------------------------------
@@ -475,6 +543,8 @@ def build_parser():
     ap.add_argument("--ceiling", action="store_true",
                     help="measure the service's own ceiling (null forward, 1 worker) against its goals")
     ap.add_argument("--no-pin", action="store_true", help="--ceiling: do not pin batcher and worker to cores")
+    ap.add_argument("--slices", type=int, default=5,
+                    help="--ceiling: the remote worker and the uniform run take turns in this many slices each")
     ap.add_argument("--load-rows", type=int, default=256,
                     help="--ceiling: rows per model segment of the load generator's messages (2 segments each)")
     ap.add_argument("--load-in-flight", type=int, default=16, help="--ceiling: load generator messages in flight")

@@ -286,13 +286,14 @@ def test_pack_u8_refuses_anything_but_exact_small_integers():
     assert _py_pack_u8(np.arange(1000) % 256)[0]            # longer than one vector loop
 
 
-def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None, adv_dtype="float32"):
+def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None, adv_dtype="float32", apart=False):
     """A wire group and a plain group stepped side by side on the same answers
     (with adv_dtype float16: the wire group gets them as float16, the plain
     one the same values widened back): every wire row equals its machine's
-    plain row, and the samples are equal. Returns (rounds, rounds sent as
-    uint8, whether a switch to float32 widened rows written earlier in its
-    round)."""
+    plain row, and the samples are equal. apart: the wire group's answers
+    come in arrays of their own (resume(n, answers)), and its own answer
+    buffers hold NaN. Returns (rounds, rounds sent as uint8, whether a switch
+    to float32 widened rows written earlier in its round)."""
     nets = nets_for(game)
     plain = MachineGroup(game, cfg, n_machines=n_machines)
     wire = MachineGroup(game, cfg, n_machines=n_machines, wire=True, adv_dtype=adv_dtype)
@@ -324,6 +325,7 @@ def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None, adv_d
         slots = [s for s in slots if len(s)]
         assert len(segments) == len(slots)
         packed = []                                   # (machine, row fits hi)
+        answers = []
         for (model, rows, adv), slot in zip(segments, slots):
             assert rows.dtype == np.dtype(wire.wire_dtype) and len(rows) == len(slot)
             for k, w in enumerate(slot):
@@ -333,7 +335,11 @@ def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None, adv_d
                 np.testing.assert_array_equal(rows[k].astype(np.float32), plain.requests[r])
                 packed.append((machine, hi is None or rows[k].max() <= hi))
             assert adv.dtype == np.dtype(adv_dtype)
-            adv[...] = answer(nets[model], rows)
+            if apart:
+                answers.append(np.ascontiguousarray(answer(nets[model], rows), dtype=adv.dtype))
+                adv.fill(np.nan)                      # never read: regret matching on NaN would change samples
+            else:
+                adv[...] = answer(nets[model], rows)
         assert not plain_row                          # every plain row has its wire twin
         if wire.wire_dtype == "uint8":
             u8_rounds += 1
@@ -345,7 +351,7 @@ def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None, adv_d
             idx = np.flatnonzero(models == m)
             plain.advantages[idx] = answer(nets[int(m)], plain.requests[idx])
         plain.resume(n)
-        wire.resume(n)
+        wire.resume(n, answers if apart else None)
     for g in (plain, wire):
         drained[id(g)].append((g.drain_advantage(), g.drain_strategy()))
     for i in (0, 1):
@@ -356,6 +362,15 @@ def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None, adv_d
             np.testing.assert_array_equal(a[col], b[col], err_msg=col)
     for k in ("nodes", "queries", "adv_samples", "strat_samples", "traversals"):
         assert plain.stats()[k] == wire.stats()[k], k
+    # the wire group's samples keep uint8 info rows while its requests do, then float32
+    dtypes = [str(p[i]["info"].dtype) for p in drained[id(wire)] for i in (0, 1) if len(p[i])]
+    assert dtypes and set(dtypes) <= {"uint8", "float32"}
+    assert all(d == "float32" for d in dtypes[dtypes.index("float32"):]) if "float32" in dtypes else True
+    if u8_rounds == rounds:
+        assert set(dtypes) == {"uint8"}
+    else:
+        assert dtypes[-1] == "float32"
+    assert all(str(p[i]["info"].dtype) == "float32" for p in drained[id(plain)] for i in (0, 1))
     return rounds, u8_rounds, widened
 
 
@@ -378,6 +393,44 @@ def test_wire_layout_rows_and_samples_equal_the_plain_layout(game, cfg, machines
 def test_wire_layout_with_float16_answers_equals_the_plain_layout_on_the_same_values(game, cfg, machines):
     rounds, _, _ = _lockstep(game, TraverserConfig(**cfg), machines, 40, adv_dtype="float16")
     assert rounds > 3
+
+
+@pytest.mark.parametrize("game, cfg, adv_dtype", [
+    (LC, LC_CFG, "float32"),
+    (LEDUC, dict(algorithm="outcome", epsilon=0.6), "float16"),
+])
+def test_wire_resume_reads_the_callers_answers_in_place(game, cfg, adv_dtype):
+    """resume(n, answers): the answers are read where they lie (a remote
+    worker's shared-memory slot or received frame) and give the same samples."""
+    rounds, _, _ = _lockstep(game, TraverserConfig(**cfg), 13, 40, adv_dtype=adv_dtype, apart=True)
+    assert rounds > 3
+
+
+def test_wire_resume_refuses_answers_of_the_wrong_count_shape_or_dtype():
+    g = MachineGroup(LC, TraverserConfig(**LC_CFG), n_machines=8, wire=True)
+    g.start(np.arange(8), np.arange(8) % 2, 1, 0, 1.0)
+    n = g.step()
+    while len(g.wire_segments()) < 2:                    # on until both players have rows waiting
+        g.advantages[:] = 1.0
+        g.resume(n)
+        n = g.step()
+    segments = g.wire_segments()
+    assert n > 0
+    good = [np.ones((len(rows), LC.num_distinct_actions()), np.float32) for _, rows, _ in segments]
+    bad = {"1 answer arrays for 2 segments": good[:1],
+           "must be float32 of shape": [good[0], good[1][:-1]],
+           "got float64": [good[0], good[1].astype(np.float64)],
+           "got list": [good[0], good[1].tolist()]}
+    for msg, answers in bad.items():
+        with pytest.raises(ValueError, match=msg):
+            g.resume(n, answers)
+        assert g.n_requests == n                         # nothing resumed: the round still waits
+    g.resume(n, [a[:, ::-1] for a in good])              # strided views are fine (read from a contiguous copy)
+    assert g.n_requests == 0 and g.step() > 0
+    plain = MachineGroup(LC, TraverserConfig(**LC_CFG), n_machines=2)
+    plain.start(np.arange(2), np.arange(2) % 2, 1, 0, 1.0)
+    with pytest.raises(RuntimeError, match="wire=True"):
+        plain.resume(plain.step(), [])
 
 
 def test_half_to_float_is_exact_for_every_float16():

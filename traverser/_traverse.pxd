@@ -50,6 +50,8 @@ cdef struct Stats:
 
 cdef struct SampleBuf:
     float* info                 # [capacity, tensor_size]
+    uint8_t* info_u8            # wire layout: [capacity, tensor_size], the rows while u8 is set
+    int u8                      # 1: rows [0, count) keep their info in info_u8 (exact uint8)
     float* target               # [capacity, num_actions]: regrets or policy
     uint8_t* mask               # [capacity, num_actions]: legal actions
     float* weight               # [capacity]: linear CFR iteration weight

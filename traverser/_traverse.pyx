@@ -26,8 +26,9 @@ not switches the group to float32 rows for good (rows already written this
 round are widened in place). A query row past the root prefix (a node that
 will write a sample) is also kept in its machine's info_u8 slot for its depth,
 and the node's sample takes its info row from there instead of encoding the
-state a second time. With adv_dtype="float16" the answers come back
-as IEEE half floats into advantages_f16 (half the bytes of float32 on the
+state a second time. Samples keep their info rows as uint8 too, while the
+rows are exact uint8 (drained info arrays are then uint8). With
+adv_dtype="float16" the answers come back as IEEE half floats into advantages_f16 (half the bytes of float32 on the
 wire); resume() reads the legal actions' entries from there, converting in C.
 
 Algorithms (traversal for player p, "the traverser"):
@@ -312,17 +313,48 @@ cdef inline int64_t _reserve(SampleBuf* b) noexcept nogil:
     return b.count - 1
 
 
+cdef void _samples_to_f32(Core* c, SampleBuf* b, int64_t rows) noexcept nogil:
+    """b's first `rows` info rows widened from info_u8 into info; from now on
+    (until its next drain) b keeps float32 info rows."""
+    cdef int64_t r
+    for r in range(rows):
+        traverse_widen_u8(b.info_u8 + r * c.tensor_size, b.info + r * c.tensor_size, c.tensor_size)
+    b.u8 = 0
+
+
+cdef void _write_info(Core* c, SampleBuf* b, int64_t row, Machine* m, Frame* f) noexcept nogil:
+    """The sample's info row: uint8 while b.u8 (the wire layout; a copy of the
+    node's query row when kept), else float32."""
+    cdef const uint8_t* cached = m.info_u8 + <size_t>(m.depth - m.prefix) * c.tensor_size
+    cdef uint8_t* dst8
+    if b.u8:
+        dst8 = b.info_u8 + row * c.tensor_size
+        if f.info_cached:
+            memcpy(dst8, cached, c.tensor_size)
+            return
+        if c.gd.info_state_u8 != NULL and c.wire_u8_max >= 255:
+            c.gd.info_state_u8(c.gd.cfg, m.state, f.player, dst8)
+            return
+        c.gd.info_state(c.gd.cfg, m.state, f.player, c.scratch_row)
+        if _pack_u8(c.scratch_row, dst8, c.tensor_size, c.wire_u8_max):
+            return
+        # a value that is not an exact uint8: this buffer goes float32
+        _samples_to_f32(c, b, row)
+        memcpy(b.info + row * c.tensor_size, c.scratch_row, c.tensor_size * sizeof(float))
+        return
+    if f.info_cached:
+        # the node's own query row (wire layout, uint8): the same info state, not encoded again
+        traverse_widen_u8(cached, b.info + row * c.tensor_size, c.tensor_size)
+    else:
+        c.gd.info_state(c.gd.cfg, m.state, f.player, b.info + row * c.tensor_size)
+
+
 cdef void _write_common(Core* c, SampleBuf* b, int64_t row, Machine* m, Frame* f,
                         const int* legal, const double* target) noexcept nogil:
     cdef int i
     cdef float* t = b.target + row * c.num_actions
     cdef uint8_t* mk = b.mask + row * c.num_actions
-    cdef float* info = b.info + row * c.tensor_size
-    if f.info_cached:
-        # the node's own query row (wire layout, uint8): the same info state, not encoded again
-        traverse_widen_u8(m.info_u8 + <size_t>(m.depth - m.prefix) * c.tensor_size, info, c.tensor_size)
-    else:
-        c.gd.info_state(c.gd.cfg, m.state, f.player, info)
+    _write_info(c, b, row, m, f)
     memset(t, 0, c.num_actions * sizeof(float))
     memset(mk, 0, c.num_actions)
     for i in range(f.n_legal):
@@ -559,35 +591,60 @@ cdef int _step_all(Core* c) noexcept nogil:
     return c.n_requests
 
 
-cdef void _resume_rows(Core* c, int lo, int hi) noexcept nogil:
+cdef void _resume_rows(Core* c, int lo, int hi, const float* answers, const uint16_t* answers_f16) noexcept nogil:
+    """Regret matching for request rows [lo, hi), whose answers start at
+    `answers` (float32) or `answers_f16` (IEEE half bits), one row of
+    num_actions after another: the group's own buffers or the caller's."""
     cdef int r, i, a
     cdef Machine* m
     cdef Frame* f
     cdef int* legal
     cdef const uint16_t* half
-    cdef float* adv
+    cdef const float* adv
+    cdef float* widened
     for r in range(lo, hi):
         m = &c.machines[c.request_machine[r]]
         f = &m.frames[m.depth]
-        if c.wire_adv_f16:
+        legal = m.legal + m.depth * c.max_legal
+        if answers_f16 != NULL:
             # only the legal actions' entries are read: convert just those
-            legal = m.legal + m.depth * c.max_legal
-            half = c.advantages_f16 + <size_t>r * c.num_actions
-            adv = c.advantages + <size_t>r * c.num_actions
+            half = answers_f16 + <size_t>(r - lo) * c.num_actions
+            widened = c.advantages + <size_t>r * c.num_actions
             for i in range(f.n_legal):
                 a = legal[i]
-                adv[a] = traverse_half_to_float(half[a])
-        _regret_match(c.advantages + <size_t>r * c.num_actions, m.legal + m.depth * c.max_legal, f.n_legal,
-                      m.sigma + m.depth * c.max_legal, c.params.fallback_uniform != 0, &c.stats)
+                widened[a] = traverse_half_to_float(half[a])
+            adv = widened
+        else:
+            adv = answers + <size_t>(r - lo) * c.num_actions
+        _regret_match(adv, legal, f.n_legal, m.sigma + m.depth * c.max_legal, c.params.fallback_uniform != 0,
+                      &c.stats)
         m.status = M_RUNNABLE
 
 
-cdef void _resume(Core* c, int n) noexcept nogil:
+cdef void _resume(Core* c, int n, const float** answers, const uint16_t** answers_f16) noexcept nogil:
+    """answers / answers_f16: NULL for the group's own buffers, else one
+    pointer per wire segment (front, then back) as wire_segments() lists them."""
+    cdef int k = 0, lo
     if c.wire:
-        _resume_rows(c, 0, c.n_front)
-        _resume_rows(c, c.n_machines - c.n_back, c.n_machines)
+        if c.n_front:
+            if answers == NULL and answers_f16 == NULL:
+                _resume_rows(c, 0, c.n_front, NULL if c.wire_adv_f16 else c.advantages,
+                             c.advantages_f16 if c.wire_adv_f16 else NULL)
+            else:
+                _resume_rows(c, 0, c.n_front, NULL if answers == NULL else answers[k],
+                             NULL if answers_f16 == NULL else answers_f16[k])
+            k += 1
+        if c.n_back:
+            lo = c.n_machines - c.n_back
+            if answers == NULL and answers_f16 == NULL:
+                _resume_rows(c, lo, c.n_machines,
+                             NULL if c.wire_adv_f16 else c.advantages + <size_t>lo * c.num_actions,
+                             c.advantages_f16 + <size_t>lo * c.num_actions if c.wire_adv_f16 else NULL)
+            else:
+                _resume_rows(c, lo, c.n_machines, NULL if answers == NULL else answers[k],
+                             NULL if answers_f16 == NULL else answers_f16[k])
     else:
-        _resume_rows(c, 0, n)
+        _resume_rows(c, 0, n, c.advantages, NULL)
     c.n_requests = 0
     c.n_front = 0
     c.n_back = 0
@@ -611,9 +668,10 @@ class SampleArrays(dict):
         return len(self["weight"])
 
 
-def _alloc_samples(int capacity, int tensor_size, int num_actions):
+def _alloc_samples(int capacity, int tensor_size, int num_actions, bint wire):
     return {
         "info": np.zeros((capacity, tensor_size), np.float32),
+        "info_u8": np.zeros((capacity if wire else 0, tensor_size), np.uint8),
         "target": np.zeros((capacity, num_actions), np.float32),
         "mask": np.zeros((capacity, num_actions), np.uint8),
         "weight": np.zeros(capacity, np.float32),
@@ -625,6 +683,7 @@ def _alloc_samples(int capacity, int tensor_size, int num_actions):
 
 cdef void _bind_samples(SampleBuf* b, dict arrays):
     cdef float[:, ::1] info = arrays["info"]
+    cdef uint8_t[:, ::1] info_u8 = arrays["info_u8"]
     cdef float[:, ::1] target = arrays["target"]
     cdef uint8_t[:, ::1] mask = arrays["mask"]
     cdef float[::1] weight = arrays["weight"]
@@ -634,6 +693,8 @@ cdef void _bind_samples(SampleBuf* b, dict arrays):
     b.capacity = weight.shape[0]
     b.count = 0
     b.info = &info[0, 0]
+    b.info_u8 = &info_u8[0, 0] if info_u8.shape[0] else NULL
+    b.u8 = b.info_u8 != NULL
     b.target = &target[0, 0]
     b.mask = &mask[0, 0]
     b.weight = &weight[0]
@@ -752,8 +813,8 @@ cdef class MachineGroup:
         c.wire = wire
         c.wire_u8 = wire
         c.wire_u8_max = 255.0
-        self._adv = _alloc_samples(adv_capacity, c.tensor_size, c.num_actions)
-        self._strat = _alloc_samples(strat_capacity, c.tensor_size, c.num_actions)
+        self._adv = _alloc_samples(adv_capacity, c.tensor_size, c.num_actions, wire)
+        self._strat = _alloc_samples(strat_capacity, c.tensor_size, c.num_actions, wire)
         _bind_samples(&c.adv, self._adv)
         _bind_samples(&c.strat, self._strat)
         self._queue_ids = np.zeros(0, np.int64)
@@ -871,12 +932,49 @@ cdef class MachineGroup:
             n = _step_all(&self.core)
         return n
 
-    def resume(self, int n):
-        """Continue the machines of request rows [0, n) from advantages[:n]."""
-        if n != self.core.n_requests:
-            raise ValueError(f"resume({n}): {self.core.n_requests} requests are waiting")
+    def resume(self, int n, answers=None):
+        """Continue the machines of request rows [0, n) from advantages[:n],
+        or, in the wire layout, from `answers`: one array per segment of
+        wire_segments() (same order and rows, num_actions columns, C order,
+        float32, or float16 with adv_dtype="float16"), read in place, with
+        no copy into this group's buffers."""
+        cdef Core* c = &self.core
+        cdef const float* ptr[2]
+        cdef const uint16_t* ptr16[2]
+        cdef const float[:, ::1] mv
+        cdef const uint16_t[:, ::1] mv16
+        cdef int k
+        if n != c.n_requests:
+            raise ValueError(f"resume({n}): {c.n_requests} requests are waiting")
+        if answers is None:
+            with nogil:
+                _resume(c, n, NULL, NULL)
+            return
+        if not c.wire:
+            raise RuntimeError("resume(n, answers) needs MachineGroup(..., wire=True)")
+        rows = [r for r in (c.n_front, c.n_back) if r]
+        if len(answers) != len(rows):
+            raise ValueError(f"resume: {len(answers)} answer arrays for {len(rows)} segments")
+        dtype = np.dtype(np.float16 if c.wire_adv_f16 else np.float32)
+        keep = []                       # contiguous arrays, referenced while C reads them
+        for k in range(len(rows)):
+            a = answers[k]
+            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != (rows[k], c.num_actions):
+                raise ValueError(f"resume: answers for segment {k} must be {dtype} of shape "
+                                 f"({rows[k]}, {c.num_actions}), got "
+                                 f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+            keep.append(np.ascontiguousarray(a))
+            if c.wire_adv_f16:
+                mv16 = keep[k].view(np.uint16)
+                ptr16[k] = &mv16[0, 0]
+            else:
+                mv = keep[k]
+                ptr[k] = &mv[0, 0]
         with nogil:
-            _resume(&self.core, n)
+            if c.wire_adv_f16:
+                _resume(c, n, NULL, ptr16)
+            else:
+                _resume(c, n, ptr, NULL)
 
     @property
     def n_requests(self):
@@ -948,12 +1046,17 @@ cdef class MachineGroup:
     # ---- samples
     cdef object _drain(self, SampleBuf* b, dict arrays):
         n = b.count
-        out = SampleArrays({k: v[:n].copy() for k, v in arrays.items()})
+        out = SampleArrays(info=(arrays["info_u8"] if b.u8 else arrays["info"])[:n].copy())
+        out.update({k: v[:n].copy() for k, v in arrays.items() if k not in ("info", "info_u8")})
         b.count = 0
+        # the wire layout keeps uint8 rows while its requests do
+        b.u8 = b.info_u8 != NULL and self.core.wire_u8
         return out
 
     def drain_advantage(self):
-        """Filled advantage rows (copied out as column arrays); the buffer is emptied."""
+        """Filled advantage rows (copied out as column arrays); the buffer is
+        emptied. info is uint8 in the wire layout while every row is an exact
+        uint8 (a quarter of the bytes), else float32."""
         return self._drain(&self.core.adv, self._adv)
 
     def drain_strategy(self):
@@ -1021,3 +1124,4 @@ def _py_pack_u8(x, float hi=255.0):
 def _py_set_wire_u8_max(MachineGroup group, float hi):
     """Tests: pack only values <= hi as uint8, so the float32 switch happens mid-round."""
     group.core.wire_u8_max = hi
+

@@ -34,7 +34,7 @@ class RemoteStepper:
         self.refill = refill
         self.deadline = deadline
         self.stop = stop
-        self.waiting = {}          # request id -> (group index, advantage views, rows)
+        self.waiting = {}          # request id -> (group index, rows)
         self.busy = set()          # groups with a request in flight
         self.rows_sent = 0
         self.messages_sent = 0
@@ -57,7 +57,7 @@ class RemoteStepper:
         rid = self.client.send_infer_segments([(m, rows) for m, rows, _ in segments],
                                               adv_dtype=None if adv_dtype == "float32" else adv_dtype,
                                               answer_cols=[adv.shape[1] for _, _, adv in segments])
-        self.waiting[rid] = (gi, [adv for _, _, adv in segments], n)
+        self.waiting[rid] = (gi, n)
         self.busy.add(gi)
         self.rows_sent += n
         self.messages_sent += 1
@@ -82,10 +82,8 @@ class RemoteStepper:
                 continue
             # block only when no group can be stepped
             for rid, header, advs in self.client.poll(0 if progressed else 50):
-                gi, views, n = self.waiting.pop(rid)
-                for view, adv in zip(views, advs):
-                    view[...] = adv
+                gi, n = self.waiting.pop(rid)
                 self.busy.discard(gi)
-                self.groups[gi].resume(n)
+                self.groups[gi].resume(n, advs)       # read in place: no copy
         for g in self.groups:
             self.sink(g.drain_advantage(), g.drain_strategy())
