@@ -15,6 +15,7 @@ the number before it writes a request into the slot; the batcher answers
 only if the number still matches the request's, so a late duplicate of an
 old request (a resend) can never write into a slot that moved on.
 """
+import math
 import mmap
 import os
 import re
@@ -86,7 +87,7 @@ class Slot:
 
     def view(self, offset, dtype, shape):
         dtype = np.dtype(dtype)
-        n = int(np.prod(shape))
+        n = math.prod(shape)            # np.prod costs ~10 us a call: a tenth of a worker's round
         return self.buf[offset:offset + n * dtype.itemsize].view(dtype).reshape(shape)
 
     def close(self):
