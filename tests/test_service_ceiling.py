@@ -433,6 +433,35 @@ def test_wire_resume_refuses_answers_of_the_wrong_count_shape_or_dtype():
         plain.resume(plain.step(), [])
 
 
+FAULTS_PER_DRAIN_CYCLE = """
+import resource, sys
+import numpy as np
+from traverser.worker import keep_freed_memory
+if sys.argv[1] == "keep" and not keep_freed_memory():
+    sys.exit("no mallopt")
+def drain():                     # a drain's chunks: info rows, targets, masks of ~1000 samples
+    chunks = [np.ones(700_000, np.uint8), np.ones(650_000, np.uint8), np.ones(160_000, np.uint8)]
+    del chunks
+for _ in range(5):
+    drain()
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(100):
+    drain()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc (mallopt)")
+def test_a_worker_keeps_freed_memory_so_drains_do_not_fault_pages_in_again():
+    faults = {}
+    for mode in ("plain", "keep"):
+        r = H.run_cli(["-c", FAULTS_PER_DRAIN_CYCLE, mode])
+        assert r.returncode == 0, r.stderr[-2000:]
+        faults[mode] = int(r.stdout.split()[-1])
+    # glibc's defaults hand the freed chunks back and fault them in again on every drain
+    assert faults["plain"] > 5000 and faults["keep"] < 100, faults
+
+
 def test_half_to_float_is_exact_for_every_float16():
     h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
     got, ref = _py_half_to_float(h), h.astype(np.float32)
