@@ -18,7 +18,8 @@ with --transport tcp, on 127.0.0.1. Writes OUT.json, OUT.csv and OUT.png.
 forward, batcher and worker pinned to one core each where there are two):
 the batcher's CPU time per row (goal <= 0.5 us) and the worker's nodes/s as
 a fraction of the in-process uniform-policy traversal on the same core in the
-same run (goal >= 0.6).
+same run (goal >= 0.6); the two take turns on that core (--slices), so that
+the machine's drift over a minute falls on both alike.
 """
 import argparse
 import csv
