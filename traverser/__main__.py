@@ -2,7 +2,8 @@
 
 It steps hundreds of resumable traversals per thread without the GIL and gets
 its advantages from the batcher at --batcher. Standalone, it runs
---traversals traversals and writes the samples to --out (.npz).
+--traversals traversals and writes the samples to --out (.npz; the info
+rows are uint8 where every value is an exact uint8, as they travel).
 """
 import argparse
 import gc
