@@ -136,6 +136,15 @@ def start_batcher(device, hidden, max_batch, torch_threads, null_forward=False, 
     return spawn_batcher(cmd, endpoint, preexec_fn=_pinned(cpu)), endpoint
 
 
+def stop_batcher(proc, endpoint, shm_dir):
+    """Stop a start_batcher() batcher and remove its endpoint and slot directory."""
+    proc.terminate()
+    proc.wait(timeout=10)
+    remove_local_endpoint(endpoint)
+    if shm_dir:
+        shutil.rmtree(shm_dir, ignore_errors=True)
+
+
 class Worker:
     """`python -m traverser --seconds` whose progress lines are collected as they come."""
 
@@ -294,11 +303,7 @@ def run_point(args, n_workers, cpus=(None, None)):
         for w in workers:
             if w.proc.poll() is None:
                 w.proc.kill()
-        proc.terminate()
-        proc.wait(timeout=10)
-        remove_local_endpoint(endpoint)
-        if shm_dir:
-            shutil.rmtree(shm_dir, ignore_errors=True)
+        stop_batcher(proc, endpoint, shm_dir)
     nodes = sum(d["nodes"] for d in deltas)
     point = {"workers": n_workers, "nodes_per_s": summed_rate(deltas), "window_nodes": nodes,
              "window_s": t1 - t0, "queries_per_node": sum(d["queries"] for d in deltas) / max(nodes, 1),
@@ -388,11 +393,7 @@ def saturated_batcher(args, cpus):
         t1, s1, c1 = time.monotonic(), batcher_stats(endpoint), thread_cpu(proc.pid)
         gen.join(60)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        remove_local_endpoint(endpoint)
-        if shm_dir:
-            shutil.rmtree(shm_dir, ignore_errors=True)
+        stop_batcher(proc, endpoint, shm_dir)
     return {"rows_per_message": 2 * args.load_rows, "in_flight": args.load_in_flight, "adv_dtype": args.adv_dtype,
             **batcher_window(s0, s1, t1 - t0), **thread_shares(c0, c1, t1 - t0)}
 
@@ -443,11 +444,7 @@ def remote_against_uniform(args, cpus):
         if worker is not None and worker.proc.poll() is None:
             worker.proc.send_signal(signal.SIGCONT)
             worker.proc.kill()
-        proc.terminate()
-        proc.wait(timeout=10)
-        remove_local_endpoint(endpoint)
-        if shm_dir:
-            shutil.rmtree(shm_dir, ignore_errors=True)
+        stop_batcher(proc, endpoint, shm_dir)
     rows = sum(s1["rows"] - s0["rows"] for s0, s1, _ in batcher)
     cpu = sum(s1["cpu_s"] - s0["cpu_s"] for s0, s1, _ in batcher)
     seconds = sum(dt for _, _, dt in batcher)

@@ -689,6 +689,25 @@ def test_scaling_benchmark_smoke(tmp_path):
     assert out.with_suffix(".csv").exists() and out.with_suffix(".png").stat().st_size > 0
 
 
+def test_ceiling_benchmark_smoke(tmp_path):
+    """--ceiling end to end, small: the saturated batcher, then the remote
+    worker and the uniform run taking turns in two slices each."""
+    out = tmp_path / "ceil"
+    r = H.run_cli(["-m", "benchmarks.scaling", "--ceiling", "--warmup-s", "0.5", "--window-s", "1.2", "--slices", "2",
+                   "--machines", "16", "--groups", "2", "--load-rows", "16", "--device", "cpu", "--out", str(out),
+                   "--set", "rollouts=1"], timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    c = json.loads(out.with_suffix(".json").read_text())["ceiling"]
+    assert c["slices"] == 2 and len(c["remote_share_slices"]) == 2 and len(c["uniform"]["slices"]) == 2
+    assert c["remote"]["nodes"] > 0 and c["uniform"]["nodes"] > 0 and c["batcher_cpu_us_per_row"] > 0
+    # each side counted its slices only: about 1.2 s in all, not the settle times or the other side's turns
+    for side in (c["remote"], c["uniform"]):
+        assert 0.6 < side["seconds"] < 1.3, side
+    share = c["remote"]["nodes_per_s"] / c["uniform"]["nodes_per_s"]
+    assert c["remote_share"] == pytest.approx(share)
+    assert "remote share of the uniform limit" in r.stdout and "slice by slice" in r.stdout
+
+
 def test_thread_cpu_splits_a_process_by_thread_role():
     """benchmarks.scaling.thread_cpu: the main thread's CPU grows with work done
     on it, ZeroMQ's I/O thread is named as such, and the shares come out per
