@@ -188,6 +188,17 @@ class Worker:
         return self.final
 
 
+def wait_started(workers, timeout_s=120):
+    """Until every Worker has reported work; RuntimeError if one exits first or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while not all(w.started() for w in workers):
+        dead = [w for w in workers if w.proc.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            raise RuntimeError("workers did not start: " + (
+                " | ".join(w.proc.stderr.read()[-500:] for w in dead) if dead else "timed out"))
+        time.sleep(0.05)
+
+
 def machine_cpu():
     """(busy, total) CPU jiffies of the whole machine (Linux /proc/stat), or None."""
     try:
@@ -286,12 +297,7 @@ def run_point(args, n_workers, cpus=(None, None)):
         workers = [Worker(endpoint, args.groups, args.machines, args.threads, cpu=cpus[1], adv_dtype=args.adv_dtype,
                           shm_dir=shm_dir)
                    for _ in range(n_workers)]
-        deadline = time.monotonic() + 120
-        while not all(w.started() for w in workers):
-            if time.monotonic() > deadline or any(w.proc.poll() is not None for w in workers):
-                raise RuntimeError("workers did not start: " + " | ".join(
-                    w.proc.stderr.read()[-500:] for w in workers if w.proc.poll() is not None))
-            time.sleep(0.05)
+        wait_started(workers)
         time.sleep(args.warmup_s)
         t0, s0, m0, c0 = time.monotonic(), batcher_stats(endpoint), machine_cpu(), thread_cpu(proc.pid)
         time.sleep(args.window_s)
@@ -417,12 +423,7 @@ def remote_against_uniform(args, cpus):
     try:
         worker = Worker(endpoint, args.groups, args.machines, args.threads, cpu=cpus[1], interval=0.05,
                         adv_dtype=args.adv_dtype, shm_dir=shm_dir)
-        deadline = time.monotonic() + 120
-        while not worker.started():
-            if time.monotonic() > deadline or worker.proc.poll() is not None:
-                raise RuntimeError("the worker did not start: " + (
-                    worker.proc.stderr.read()[-500:] if worker.proc.poll() is not None else "timed out"))
-            time.sleep(0.05)
+        wait_started([worker])
         time.sleep(args.warmup_s)
         worker.proc.send_signal(signal.SIGSTOP)
         uni = UniformRun(args.machines, cpu=cpus[1])

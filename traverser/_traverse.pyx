@@ -28,8 +28,10 @@ will write a sample) is also kept in its machine's info_u8 slot for its depth,
 and the node's sample takes its info row from there instead of encoding the
 state a second time. Samples keep their info rows as uint8 too, while the
 rows are exact uint8 (drained info arrays are then uint8). With
-adv_dtype="float16" the answers come back as IEEE half floats into advantages_f16 (half the bytes of float32 on the
-wire); resume() reads the legal actions' entries from there, converting in C.
+adv_dtype="float16" the answers come back as IEEE half floats into
+advantages_f16 (half the bytes of float32 on the wire); resume() reads the
+legal actions' entries from there, converting in C. resume(n, answers) reads
+them from the caller's arrays instead (where a remote worker received them).
 
 Algorithms (traversal for player p, "the traverser"):
   external sampling: at p's nodes every legal action is expanded; the sample's
@@ -313,6 +315,18 @@ cdef inline int64_t _reserve(SampleBuf* b) noexcept nogil:
     return b.count - 1
 
 
+cdef bint _encode_u8(Core* c, Machine* m, int player, uint8_t* dst) noexcept nogil:
+    """m's info state for `player` as a uint8 row at dst (a query's or a
+    sample's). False if some value is not an exact uint8 up to wire_u8_max;
+    the float row is then in c.scratch_row."""
+    if c.gd.info_state_u8 != NULL and c.wire_u8_max >= 255:
+        # the game writes uint8 rows itself (every entry fits): no float pass, no packing
+        c.gd.info_state_u8(c.gd.cfg, m.state, player, dst)
+        return True
+    c.gd.info_state(c.gd.cfg, m.state, player, c.scratch_row)
+    return _pack_u8(c.scratch_row, dst, c.tensor_size, c.wire_u8_max)
+
+
 cdef void _samples_to_f32(Core* c, SampleBuf* b, int64_t rows) noexcept nogil:
     """b's first `rows` info rows widened from info_u8 into info; from now on
     (until its next drain) b keeps float32 info rows."""
@@ -332,11 +346,7 @@ cdef void _write_info(Core* c, SampleBuf* b, int64_t row, Machine* m, Frame* f) 
         if f.info_cached:
             memcpy(dst8, cached, c.tensor_size)
             return
-        if c.gd.info_state_u8 != NULL and c.wire_u8_max >= 255:
-            c.gd.info_state_u8(c.gd.cfg, m.state, f.player, dst8)
-            return
-        c.gd.info_state(c.gd.cfg, m.state, f.player, c.scratch_row)
-        if _pack_u8(c.scratch_row, dst8, c.tensor_size, c.wire_u8_max):
+        if _encode_u8(c, m, f.player, dst8):
             return
         # a value that is not an exact uint8: this buffer goes float32
         _samples_to_f32(c, b, row)
@@ -390,7 +400,6 @@ cdef void _widen_rows(Core* c, int lo, int hi) noexcept nogil:
 cdef int _wire_row(Core* c, Machine* m, int player) noexcept nogil:
     """Encode m's info state for `player` into its wire slot; returns the row."""
     cdef int row, k
-    cdef bint packed
     cdef float* dst
     if player == 0:
         row = c.n_front
@@ -402,15 +411,7 @@ cdef int _wire_row(Core* c, Machine* m, int player) noexcept nogil:
     if not c.wire_u8:
         c.gd.info_state(c.gd.cfg, m.state, player, dst)
         return row
-    if c.gd.info_state_u8 != NULL and c.wire_u8_max >= 255:
-        # the game writes uint8 rows itself (every entry fits): no float pass, no packing
-        c.gd.info_state_u8(c.gd.cfg, m.state, player, c.requests_u8 + <size_t>row * c.tensor_size)
-        packed = True
-    else:
-        c.gd.info_state(c.gd.cfg, m.state, player, c.scratch_row)
-        packed = _pack_u8(c.scratch_row, c.requests_u8 + <size_t>row * c.tensor_size, c.tensor_size,
-                          c.wire_u8_max)
-    if packed:
+    if _encode_u8(c, m, player, c.requests_u8 + <size_t>row * c.tensor_size):
         k = m.depth - m.prefix
         if 0 <= k < c.info_depths:
             # kept for this node's sample (written after the answer, or after its children)
@@ -591,10 +592,10 @@ cdef int _step_all(Core* c) noexcept nogil:
     return c.n_requests
 
 
-cdef void _resume_rows(Core* c, int lo, int hi, const float* answers, const uint16_t* answers_f16) noexcept nogil:
+cdef void _resume_rows(Core* c, int lo, int hi, const void* answers) noexcept nogil:
     """Regret matching for request rows [lo, hi), whose answers start at
-    `answers` (float32) or `answers_f16` (IEEE half bits), one row of
-    num_actions after another: the group's own buffers or the caller's."""
+    `answers`, one row of num_actions after another (float32, or IEEE half
+    bits with adv_dtype float16): the group's own buffer or the caller's."""
     cdef int r, i, a
     cdef Machine* m
     cdef Frame* f
@@ -606,45 +607,45 @@ cdef void _resume_rows(Core* c, int lo, int hi, const float* answers, const uint
         m = &c.machines[c.request_machine[r]]
         f = &m.frames[m.depth]
         legal = m.legal + m.depth * c.max_legal
-        if answers_f16 != NULL:
+        if c.wire_adv_f16:
             # only the legal actions' entries are read: convert just those
-            half = answers_f16 + <size_t>(r - lo) * c.num_actions
+            half = <const uint16_t*>answers + <size_t>(r - lo) * c.num_actions
             widened = c.advantages + <size_t>r * c.num_actions
             for i in range(f.n_legal):
                 a = legal[i]
                 widened[a] = traverse_half_to_float(half[a])
             adv = widened
         else:
-            adv = answers + <size_t>(r - lo) * c.num_actions
+            adv = <const float*>answers + <size_t>(r - lo) * c.num_actions
         _regret_match(adv, legal, f.n_legal, m.sigma + m.depth * c.max_legal, c.params.fallback_uniform != 0,
                       &c.stats)
         m.status = M_RUNNABLE
 
 
-cdef void _resume(Core* c, int n, const float** answers, const uint16_t** answers_f16) noexcept nogil:
-    """answers / answers_f16: NULL for the group's own buffers, else one
-    pointer per wire segment (front, then back) as wire_segments() lists them."""
-    cdef int k = 0, lo
-    if c.wire:
+cdef void _resume(Core* c, int n, const void** answers) noexcept nogil:
+    """answers: one pointer per wire segment (front, then back, as
+    wire_segments() lists them) to its first answer row; NULL for the group's
+    own buffers."""
+    cdef const void* own[2]
+    cdef int k = 0, lo = c.n_machines - c.n_back
+    cdef size_t row_bytes = c.num_actions * (sizeof(uint16_t) if c.wire_adv_f16 else sizeof(float))
+    cdef const char* base = <const char*>c.advantages_f16 if c.wire_adv_f16 else <const char*>c.advantages
+    if not c.wire:
+        _resume_rows(c, 0, n, c.advantages)
+    else:
+        if answers == NULL:
+            if c.n_front:
+                own[k] = base
+                k += 1
+            if c.n_back:
+                own[k] = base + <size_t>lo * row_bytes
+            answers = own
+            k = 0
         if c.n_front:
-            if answers == NULL and answers_f16 == NULL:
-                _resume_rows(c, 0, c.n_front, NULL if c.wire_adv_f16 else c.advantages,
-                             c.advantages_f16 if c.wire_adv_f16 else NULL)
-            else:
-                _resume_rows(c, 0, c.n_front, NULL if answers == NULL else answers[k],
-                             NULL if answers_f16 == NULL else answers_f16[k])
+            _resume_rows(c, 0, c.n_front, answers[k])
             k += 1
         if c.n_back:
-            lo = c.n_machines - c.n_back
-            if answers == NULL and answers_f16 == NULL:
-                _resume_rows(c, lo, c.n_machines,
-                             NULL if c.wire_adv_f16 else c.advantages + <size_t>lo * c.num_actions,
-                             c.advantages_f16 + <size_t>lo * c.num_actions if c.wire_adv_f16 else NULL)
-            else:
-                _resume_rows(c, lo, c.n_machines, NULL if answers == NULL else answers[k],
-                             NULL if answers_f16 == NULL else answers_f16[k])
-    else:
-        _resume_rows(c, 0, n, c.advantages, NULL)
+            _resume_rows(c, lo, c.n_machines, answers[k])
     c.n_requests = 0
     c.n_front = 0
     c.n_back = 0
@@ -939,8 +940,7 @@ cdef class MachineGroup:
         float32, or float16 with adv_dtype="float16"), read in place, with
         no copy into this group's buffers."""
         cdef Core* c = &self.core
-        cdef const float* ptr[2]
-        cdef const uint16_t* ptr16[2]
+        cdef const void* ptr[2]
         cdef const float[:, ::1] mv
         cdef const uint16_t[:, ::1] mv16
         cdef int k
@@ -948,7 +948,7 @@ cdef class MachineGroup:
             raise ValueError(f"resume({n}): {c.n_requests} requests are waiting")
         if answers is None:
             with nogil:
-                _resume(c, n, NULL, NULL)
+                _resume(c, n, NULL)
             return
         if not c.wire:
             raise RuntimeError("resume(n, answers) needs MachineGroup(..., wire=True)")
@@ -966,15 +966,12 @@ cdef class MachineGroup:
             keep.append(np.ascontiguousarray(a))
             if c.wire_adv_f16:
                 mv16 = keep[k].view(np.uint16)
-                ptr16[k] = &mv16[0, 0]
+                ptr[k] = &mv16[0, 0]
             else:
                 mv = keep[k]
                 ptr[k] = &mv[0, 0]
         with nogil:
-            if c.wire_adv_f16:
-                _resume(c, n, NULL, ptr16)
-            else:
-                _resume(c, n, ptr, NULL)
+            _resume(c, n, ptr)
 
     @property
     def n_requests(self):
