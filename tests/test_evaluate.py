@@ -328,7 +328,7 @@ def test_exploiter_values_are_the_mean_over_its_worlds():
     state = game.new_initial_state(seed=9)
     for _ in range(6):
         state.apply_action(game.heuristic_action(state))
-    seed = int(np.random.default_rng([0, 0x5EA2C4]).integers(1 << 62))
+    seed = int(lbr.decision_rng(state).integers(1 << 62))
     legal, values = lbr.action_values(state)
     assert legal == state.legal_actions()
     worlds = StateBatch(game, 3)
@@ -491,3 +491,53 @@ def test_poker_greedy_read_out_is_judged_as_the_moves_it_plays():
     assert greedy["exploitability"] != pytest.approx(sampled)
     if pyspiel is not None:
         assert greedy["exploitability"] == pytest.approx(greedy["openspiel_exploitability"], abs=1e-9)
+
+
+class _DiesInAWorker:
+    """An opponent that plays the heuristic, and kills the process it runs in
+    at its `after`-th move unless that is the test's own process."""
+
+    def __init__(self, after):
+        self.after, self.home, self.moves = after, os.getpid(), 0
+
+    def step(self, state):
+        self.moves += 1
+        if os.getpid() != self.home and self.moves >= self.after:
+            os._exit(3)
+        return state.game.heuristic_action(state)
+
+
+def test_parallel_match_plays_each_deal_as_one_process_does():
+    """Worker processes rebuild the search player from its spec and play
+    whole deals: results, recorded games and the player's counters equal
+    those of one process (its worlds depend only on its seed and what it
+    sees), whatever the deals' split."""
+    from trainer.evaluate import parallel_match
+    from trainer.search import SearchPlayer
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    spec = {"game": {"name": "lost_cities", **LC_SMALL}, "search": {"worlds": 6, "seed": 4}}
+    for opp, jobs in (("heuristic", 2), ("random", 3)):
+        one, many = SearchPlayer(game, worlds=6, seed=4), SearchPlayer(game, worlds=6, seed=4)
+        rec1, rec2 = [[] for _ in range(5)], [[] for _ in range(5)]
+        r1 = duplicate_match(game, one, opp, 10, seed=3, record=rec1)
+        r2 = parallel_match(spec, opp, 10, seed=3, jobs=jobs, record=rec2, agent=many)
+        assert r1 == r2 and r2["games"] == 10
+        for g1, g2 in zip(rec1, rec2):
+            assert len(g1) == len(g2) > 0
+            assert [(p, a) for p, a, _ in g1] == [(p, a) for p, a, _ in g2]
+            assert all((x is None and y is None) or np.array_equal(x, y) for (_, _, x), (_, _, y) in zip(g1, g2))
+        assert many.decisions == one.decisions > 0 and many.worlds_played == one.worlds_played
+    # a different seed plays other deals
+    assert parallel_match(spec, "heuristic", 10, seed=4, jobs=2) != r1
+
+
+def test_parallel_match_fails_loudly_when_a_worker_dies():
+    from trainer.evaluate import parallel_match
+    spec = {"game": {"name": "lost_cities", **LC_SMALL}, "search": {"worlds": 2}}
+    with pytest.raises(RuntimeError, match=r"worker process died before deals \d+\.\.\d+ .*no result is reported"):
+        parallel_match(spec, _DiesInAWorker(after=5), 8, jobs=2)
+    with pytest.raises(ValueError, match="jobs must be at least 1"):
+        parallel_match(spec, "heuristic", 8, jobs=0)
+    with pytest.raises(ValueError, match="names a checkpoint, or a game and search settings"):
+        from trainer.evaluate import agent_from_spec
+        agent_from_spec({"game": {"name": "lost_cities"}})

@@ -59,7 +59,7 @@ def test_search_values_are_heuristic_playouts_of_every_action_in_every_world():
     game = engine.load_game("lost_cities", **LC_SMALL)
     state = _midgame(game, 3)
     player = SearchPlayer(game, worlds=5, chunk=5, halving=False, seed=1)
-    seed = int(np.random.default_rng([1, 0x5EA2C4]).integers(1 << 62))
+    seed = int(player.decision_rng(state).integers(1 << 62))
     cands, values, share = player.search(state)
     assert cands == state.legal_actions()
     me = state.current_player()
@@ -86,7 +86,7 @@ def test_blueprint_candidates_and_playouts():
                           halving=False, seed=2)
     probs = bp.action_probs(state)
     top = sorted(sorted(probs, key=lambda a: (-probs[a], a))[:2])
-    seed = int(np.random.default_rng([2, 0x5EA2C4]).integers(1 << 62))
+    seed = int(player.decision_rng(state).integers(1 << 62))
     cands, values, _ = player.search(state)
     assert cands == top
 
@@ -106,7 +106,7 @@ def test_mixed_playouts_give_the_searcher_the_blueprint_and_the_opponent_the_heu
     state = _midgame(game, 5)
     player = SearchPlayer(game, blueprint=bp, worlds=3, chunk=3, playout="mixed", depth=depth, halving=False,
                           seed=3)
-    seed = int(np.random.default_rng([3, 0x5EA2C4]).integers(1 << 62))
+    seed = int(player.decision_rng(state).integers(1 << 62))
     cands, values, _ = player.search(state)
     assert cands == state.legal_actions()
     me = state.current_player()
@@ -194,6 +194,16 @@ def test_evaluate_cli_runs_the_search_with_a_blueprint(tmp_path):
     import json
     d = json.loads(r.stdout)
     assert d["search"].startswith("search(worlds=4,topk=2,playout=blueprint") and d["vs_random_games"] == 4
+    # --jobs: the same deals in worker processes, the same results
+    runs = [subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--opponent", "heuristic",
+                            "--games", "6", "--search", "worlds=4,topk=2,depth=2", "--json", "--jobs", j],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300) for j in ("1", "2")]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    one, two = ({k: v for k, v in json.loads(r.stdout).items() if k != "ms_per_decision"} for r in runs)
+    assert one == two and one["vs_heuristic_games"] == 6
+    bad = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--jobs", "0"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--jobs must be at least 1" in bad.stderr
     bad = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--search", "worlds=x"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --search") and "Traceback" not in bad.stderr

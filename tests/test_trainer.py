@@ -346,7 +346,6 @@ def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves(tmp_path):
     teacher = SearchPlayer(game, worlds=8)
     want, differs = [], 0
     for g in range(2):
-        teacher.rng = np.random.default_rng([5 + g, 0x5EA2C4])       # each game's draws are its deal's
         state = game.new_initial_state(seed=5 + g)
         while not state.is_terminal():
             a = teacher.step(state)

@@ -129,29 +129,49 @@ def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=Fa
     `record`, a list of lists, records the first len(record) games:
     record[g] gets (player, action, probs) for every move of game g, probs
     the agent's probabilities at its decisions (None at the opponent's);
-    trainer.replay.save_match_games writes them as replays."""
+    trainer.replay.save_match_games writes them as replays.
+    parallel_match plays the same deals in several processes."""
     if games < 1:
         raise ValueError("a match needs at least one game")
     agent = _as_policy(agent, seed)
     deals = (games + 1) // 2
-    n = 2 * deals
-    states = [game.new_initial_state(seed=seed + g // 2) for g in range(n)]
+    bar = _match_bar(progress, 2 * deals, agent, opponent)
+    diffs, capped = play_deals(game, agent, opponent, range(deals), seed=seed, worlds=worlds, bar=bar,
+                               record=record)
+    if bar is not None:
+        bar.close()
+    return match_summary(diffs, capped)
+
+
+def _match_bar(progress, total, agent, opponent):
+    if not progress:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    name = opponent if isinstance(opponent, str) else type(opponent).__name__
+    return tqdm(total=total, desc=f"{getattr(agent, 'name', 'agent')} vs {name}", leave=False)
+
+
+def play_deals(game, agent, opponent, deal_ids, seed=0, worlds=16, bar=None, record=None):
+    """Play deals `deal_ids` (deal d dealt from seed + d) twice each, the
+    agent in seat 0 then in seat 1. Returns (diffs, capped): diffs[2i + s] is
+    the agent's final score difference in deal_ids[i] from seat s, capped the
+    number of games the turn cap ended. `agent` is a Policy or a player with
+    `.step(state)`; `record` as in duplicate_match, over these games."""
+    agent = _as_policy(agent, seed)
+    deal_ids = [int(d) for d in deal_ids]
+    n = 2 * len(deal_ids)
+    states = [game.new_initial_state(seed=seed + deal_ids[g // 2]) for g in range(n)]
     seats = np.array([g % 2 for g in range(n)])
     if isinstance(opponent, str) and opponent == "random":
         # both games of a deal face the same random stream
-        bots = [RandomBot(seed * 1000003 + g // 2) for g in range(n)]
+        bots = [RandomBot(seed * 1000003 + deal_ids[g // 2]) for g in range(n)]
     else:
         bot = make_opponent(opponent, game, agent, seed=seed, worlds=worlds)
         bots = [bot] * n
-    name = opponent if isinstance(opponent, str) else type(opponent).__name__
     active = list(range(n))
-    bar = None
-    if progress:
-        try:
-            from tqdm import tqdm
-            bar = tqdm(total=n, desc=f"{getattr(agent, 'name', 'agent')} vs {name}", leave=False)
-        except ImportError:
-            bar = None
     while active:
         # opponents move until each game waits on the agent (or ends)
         waiting = []
@@ -186,10 +206,20 @@ def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=Fa
                 record[active[i]].append((int(seats[active[i]]), int(actions[i]), p))
         for g, a in zip(active, actions):
             states[g].apply_action(int(a))
-    if bar is not None:
-        bar.close()
-
     diffs = np.array([states[g].returns()[seats[g]] for g in range(n)], dtype=np.float64)
+    capped = sum(bool(getattr(s, "capped", lambda: False)()) for s in states)
+    return diffs, int(capped)
+
+
+def match_summary(diffs, capped=0):
+    """duplicate_match's statistics of diffs (the agent's final score
+    differences, deal by deal, seat 0 then seat 1)."""
+    diffs = np.asarray(diffs, dtype=np.float64)
+    n = len(diffs)
+    if n < 2 or n % 2:
+        raise ValueError(f"a duplicate match has an even number of games, at least 2, got {n}")
+    deals = n // 2
+    seats = np.arange(n) % 2
     points = np.where(diffs > 0, 1.0, np.where(diffs == 0, 0.5, 0.0))
     win, win_lo, win_hi = mean_ci(points.reshape(deals, 2).mean(axis=1), 0.0, 1.0)
     # the pairs' interval collapses when every game ends alike (0 or 100%):
@@ -197,11 +227,127 @@ def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=Fa
     w_lo, w_hi = wilson_interval(float(points.sum()), n)
     win_lo, win_hi = max(0.0, min(win_lo, w_lo)), min(1.0, max(win_hi, w_hi))
     margin, margin_lo, margin_hi = mean_ci(diffs.reshape(deals, 2).mean(axis=1))
-    capped = sum(bool(getattr(s, "capped", lambda: False)()) for s in states)
     return {"games": n, "deals": deals, "win_rate": win, "win_rate_lo": win_lo, "win_rate_hi": win_hi,
             "margin": margin, "margin_lo": margin_lo, "margin_hi": margin_hi,
             "wins": int((diffs > 0).sum()), "ties": int((diffs == 0).sum()), "losses": int((diffs < 0).sum()),
             "capped": int(capped), "margin_by_seat": [float(diffs[seats == p].mean()) for p in (0, 1)]}
+
+
+# --------------------------------------------------------------------------
+# The same matches in several processes
+
+SEARCH_STATS = ("decisions", "seconds", "cpu_seconds", "worlds_played")
+
+
+def agent_from_spec(spec):
+    """(game, policy or None, agent) from a picklable description, so that
+    worker processes can rebuild the agent:
+        {"checkpoint": PATH, "policy": KIND, "seed": S, "search": SETTINGS or None}
+            a checkpoint's read-out (trainer.policy), or the search player
+            with it as its blueprint (SETTINGS: SearchPlayer's keywords);
+        {"game": {"name": ..., **load_game keywords}, "search": SETTINGS}
+            the search player without a net."""
+    settings = spec.get("search")
+    if "checkpoint" in spec:
+        from trainer.checkpoint import game_of, load_checkpoint
+        ckpt = load_checkpoint(spec["checkpoint"])
+        game = game_of(ckpt)
+        policy = policy_from_checkpoint(ckpt, spec["policy"], seed=spec.get("seed", 0))
+        if settings is None:
+            return game, policy, policy
+        from trainer.search import SearchPlayer
+        return game, policy, SearchPlayer(game, blueprint=policy, **settings)
+    if "game" in spec and settings is not None:
+        import engine
+        from trainer.search import SearchPlayer
+        kwargs = dict(spec["game"])
+        game = engine.load_game(kwargs.pop("name"), **kwargs)
+        return game, None, SearchPlayer(game, **settings)
+    raise ValueError(f"an agent spec names a checkpoint, or a game and search settings; got {spec!r}")
+
+
+_WORKER = {}
+
+
+def _match_worker_init(spec):
+    torch.set_num_threads(1)
+    _WORKER["game"], _, _WORKER["agent"] = agent_from_spec(spec)
+
+
+def _match_worker_play(opponent, lo, hi, seed, worlds, n_record):
+    game, agent = _WORKER["game"], _WORKER["agent"]
+    before = {k: getattr(agent, k, 0) for k in SEARCH_STATS}
+    record = [[] for _ in range(n_record)]
+    diffs, capped = play_deals(game, agent, opponent, range(lo, hi), seed=seed, worlds=worlds, record=record)
+    stats = {k: getattr(agent, k, 0) - before[k] for k in SEARCH_STATS}
+    return diffs, capped, record, stats
+
+
+def parallel_match(spec, opponent, games, seed=0, worlds=16, jobs=2, progress=False, record=None, agent=None):
+    """duplicate_match over `jobs` worker processes: the deals are split into
+    chunks, and each process rebuilds the agent from `spec` (agent_from_spec)
+    and plays whole chunks, so each deal is played exactly as duplicate_match
+    would play it. The statistics are computed over all deals at the end.
+    With a deterministic agent and opponent (a search player's worlds
+    depend only on its seed and what it sees) the result equals
+    duplicate_match's. `opponent` is a name or a picklable bot. `agent`, a
+    local copy of the search player, gets the workers' decision counts and
+    times (for ms_per_decision). A worker process that dies fails the match
+    with an error that names the deals; no partial result is returned."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    if games < 1:
+        raise ValueError("a match needs at least one game")
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    deals = (games + 1) // 2
+    size = max(1, math.ceil(deals / (4 * jobs)))
+    chunks = [(lo, min(deals, lo + size)) for lo in range(0, deals, size)]
+    diffs = np.zeros(2 * deals)
+    bar = _match_bar(progress, 2 * deals, agent, opponent)
+    ctx = multiprocessing.get_context("spawn")
+    try:
+        with ProcessPoolExecutor(min(jobs, len(chunks)), mp_context=ctx, initializer=_match_worker_init,
+                                 initargs=(spec,)) as ex:
+            futures = {}
+            for lo, hi in chunks:
+                n_record = max(0, min(len(record or ()) - 2 * lo, 2 * (hi - lo)))
+                futures[ex.submit(_match_worker_play, opponent, lo, hi, seed, worlds, n_record)] = (lo, hi)
+            try:
+                capped = _collect(futures, diffs, record, agent, bar, seed, opponent)
+            except BaseException:
+                ex.shutdown(wait=False, cancel_futures=True)    # no new chunks; the running ones end
+                raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return match_summary(diffs, capped)
+
+
+def _collect(futures, diffs, record, agent, bar, seed, opponent):
+    """Fill diffs (and record, agent's search counters, bar) from the chunks
+    as they finish; returns the number of capped games."""
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+    capped = 0
+    for f in as_completed(futures):
+        lo, hi = futures[f]
+        try:
+            d, c, rec, stats = f.result()
+        except BrokenProcessPool as e:
+            raise RuntimeError(f"an evaluation worker process died before deals {seed + lo}..{seed + hi - 1} "
+                               f"against {opponent} were finished: {e}; no result is reported") from None
+        diffs[2 * lo:2 * hi] = d
+        capped += c
+        for i, moves in enumerate(rec):
+            record[2 * lo + i].extend(moves)
+        if agent is not None:
+            for k, v in stats.items():
+                if hasattr(agent, k):
+                    setattr(agent, k, getattr(agent, k) + v)
+        if bar is not None:
+            bar.update(2 * (hi - lo))
+    return capped
 
 
 # --------------------------------------------------------------------------
@@ -216,7 +362,7 @@ def _pyspiel_available():
 
 
 def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, openspiel=True,
-             exploiter_games=None, worlds=16, progress=False, record=None):
+             exploiter_games=None, worlds=16, progress=False, record=None, jobs=1, spec=None):
     """All metrics of a policy on its game, as a flat dict. `agent` is a
     trainer.policy.Policy, a strategy net, or a tabular average.
 
@@ -227,7 +373,9 @@ def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, op
     and "_hi" (95%), "vs_X_games", "vs_X_capped". Against "exploiter" (its
     games: `exploiter_games`, default lc_games) also "exploiter_margin" with
     "_lo"/"_hi": the exploiter's margin, a lower bound on exploitability.
-    `record` ({opponent: list of lists}) records games as duplicate_match does."""
+    `record` ({opponent: list of lists}) records games as duplicate_match does.
+    With `jobs` > 1 and `spec` (agent_from_spec's description of `agent`),
+    the Lost Cities matches run in that many processes (parallel_match)."""
     if game.name in POKER_GAMES:
         policy = agent
         if isinstance(agent, Policy):
@@ -247,8 +395,12 @@ def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, op
         out = {}
         for opp in opponents:
             n = exploiter_games if (opp == "exploiter" and exploiter_games) else lc_games
-            r = duplicate_match(game, agent, opp, n, seed=seed, worlds=worlds, progress=progress,
-                                record=(record or {}).get(opp))
+            if jobs > 1 and spec is not None:
+                r = parallel_match(spec, opp, n, seed=seed, worlds=worlds, jobs=jobs, progress=progress,
+                                   record=(record or {}).get(opp), agent=agent)
+            else:
+                r = duplicate_match(game, agent, opp, n, seed=seed, worlds=worlds, progress=progress,
+                                    record=(record or {}).get(opp))
             k = f"vs_{opp}"
             for field in ("win_rate", "win_rate_lo", "win_rate_hi", "margin", "margin_lo", "margin_hi",
                           "games", "capped"):
@@ -338,6 +490,9 @@ def build_parser():
                          "blueprint, e.g. worlds=64,topk=4[,playout=blueprint|mixed|heuristic,depth=4,time=1000] "
                          "(time in ms per decision; trainer/search.py)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="Lost Cities: play the matches in this many processes, one thread each "
+                         "(the deals are split between them; default 1)")
     ap.add_argument("--greedy", action="store_true", help="same as appending -greedy to --policy")
     ap.add_argument("--no-openspiel", action="store_true", help="poker: skip OpenSpiel's cross-check")
     ap.add_argument("--progress", action="store_true", help="progress bars for Lost Cities matches")
@@ -372,6 +527,8 @@ def main(argv=None):
         ap.error("--worlds must be at least 1")
     if args.save_games < 0:
         ap.error("--save-games must be at least 0")
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
     try:
         opponents = _opponent_list(args.opponent)
     except ValueError as e:
@@ -398,6 +555,7 @@ def main(argv=None):
         print(f"error: {ckpt['path']}: cannot rebuild the game or the {kind} policy: {e!r}", file=sys.stderr)
         return 2
     agent = policy
+    settings = None
     if args.search is not None:
         from trainer.search import SearchPlayer, parse_search_spec
         try:
@@ -409,13 +567,14 @@ def main(argv=None):
         except ValueError as e:
             print(f"error: --search: {e}", file=sys.stderr)
             return 2
+    spec = {"checkpoint": ckpt["path"], "policy": kind, "seed": args.seed, "search": settings}
     if args.save_games and game.name != "lost_cities":
         print(f"error: --save-games: replays are of lost_cities games, not {game.name}", file=sys.stderr)
         return 2
     record = {o: [[] for _ in range(args.save_games)] for o in opponents} if args.save_games else None
     metrics = evaluate(game, agent, lc_games=args.games, opponents=opponents, seed=args.seed,
                        openspiel=not args.no_openspiel, exploiter_games=args.exploiter_games,
-                       worlds=args.worlds, progress=args.progress, record=record)
+                       worlds=args.worlds, progress=args.progress, record=record, jobs=args.jobs, spec=spec)
     if record:
         from trainer.replay import save_match_games
         try:

@@ -5,6 +5,11 @@ cannot see, for Lost Cities.
     action = player.step(state)
     python -m trainer.search --worlds 512 --games 400           # against HeuristicBot, duplicate deals
     python -m trainer.evaluate RUN --search worlds=64,topk=4    # with a trained blueprint
+    ... --jobs N                                                # either one, deals split over N processes
+
+Each decision draws its worlds from a stream seeded by the player's seed and
+what the player to act sees (`decision_rng`), so a game's moves do not
+depend on the games played before it or on the process that plays it.
 
 At each decision the player
   1. samples `worlds` deals of what it cannot see (the opponent's unseen hand
@@ -59,6 +64,7 @@ and `action_probs(state)` gives the share of worlds in which each candidate
 was best (the search's own confidence, for hints and replays).
 """
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -117,7 +123,8 @@ class SearchPlayer:
         self.z = float(z)
         self.eps = float(eps)
         self.opponent = opponent
-        self.rng = np.random.default_rng([int(seed), 0x5EA2C4])
+        self.seed = int(seed)
+        self.rng = np.random.default_rng([self.seed, 0x5EA2C4])
         cap = self.chunk * game.max_legal_actions()
         self.batch = StateBatch(game, cap)
         self.info = np.zeros((cap, game.information_state_tensor_size()), np.float32)
@@ -149,12 +156,21 @@ class SearchPlayer:
         ranked = sorted(legal, key=lambda a: (-probs[a], a))
         return sorted(ranked[:self.topk])
 
+    def decision_rng(self, state):
+        """The random stream of a decision: from the player's seed and what
+        the player to act sees (its information state), so a decision does
+        not depend on the games played before it or in which process."""
+        seen = np.asarray(state.information_state_tensor(state.current_player()), np.float32)
+        key = hashlib.blake2b(seen.tobytes(), digest_size=16).digest()
+        return np.random.default_rng([self.seed, 0x5EA2C4, *np.frombuffer(key, np.uint32).tolist()])
+
     def search(self, state):
         """(candidates, mean final score difference of each over the worlds it
         was played in, share of those worlds in which it was best)."""
         t0 = time.perf_counter()
         c0 = time.process_time()
         me = state.current_player()
+        self.rng = self.decision_rng(state)
         cands = self.candidates(state)
         A = len(cands)
         if self.schedule == "race":
@@ -309,10 +325,13 @@ class SearchPlayer:
             done += 1
 
     def _blueprint_actions(self, rows, player):
-        """The blueprint's actions for `player` to act in batch rows `rows`, one forward."""
+        """The blueprint's actions for `player` to act in batch rows `rows`,
+        one forward, sampled (unless greedy) from the decision's stream."""
+        from trainer.policy import sample_actions
         m = len(rows)
         self.batch.encode(rows, player, self.info, self.mask)
-        return self.blueprint.actions(self.info[:m], self.mask[:m], np.full(m, player))
+        probs = self.blueprint.probs(self.info[:m], self.mask[:m], np.full(m, player))
+        return sample_actions(probs, self.rng, getattr(self.blueprint, "greedy", False))
 
     def step(self, state):
         legal = state.legal_actions()
@@ -402,22 +421,32 @@ def main(argv=None):
     ap.add_argument("--games", type=int, default=400, help="games per point, in duplicate pairs (default 400)")
     ap.add_argument("--opponent", choices=["heuristic", "random"], default="heuristic")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="play the games in this many processes, one thread each (default 1)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.games < 2 or min(args.worlds) < 1:
         ap.error("--games must be >= 2 and --worlds >= 1")
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
     import engine
     import torch
-    from trainer.evaluate import duplicate_match
+    from trainer.evaluate import duplicate_match, parallel_match
     torch.set_num_threads(1)
-    game = engine.load_game("lost_cities", max_turns=200)
+    game_spec = {"name": "lost_cities", "max_turns": 200}
+    game = engine.load_game(**game_spec)
     rows = []
     for k in args.worlds:
-        player = SearchPlayer(game, worlds=k, playout=args.playout, seed=args.seed, halving=not args.no_halving,
-                              time_limit_s=args.time_ms / 1000.0 if args.time_ms else None,
-                              schedule=args.schedule, z=args.z, eps=args.eps)
+        settings = dict(worlds=k, playout=args.playout, seed=args.seed, halving=not args.no_halving,
+                        time_limit_s=args.time_ms / 1000.0 if args.time_ms else None,
+                        schedule=args.schedule, z=args.z, eps=args.eps)
+        player = SearchPlayer(game, **settings)
         t0 = time.perf_counter()
-        r = duplicate_match(game, player, args.opponent, args.games, seed=args.seed)
+        if args.jobs > 1:
+            r = parallel_match({"game": game_spec, "search": settings}, args.opponent, args.games,
+                               seed=args.seed, jobs=args.jobs, agent=player)
+        else:
+            r = duplicate_match(game, player, args.opponent, args.games, seed=args.seed)
         row = {"worlds": k, "games": r["games"], "win_rate": r["win_rate"], "win_rate_lo": r["win_rate_lo"],
                "win_rate_hi": r["win_rate_hi"], "margin": r["margin"], "margin_lo": r["margin_lo"],
                "margin_hi": r["margin_hi"], "ms_per_decision": player.ms_per_decision(),

@@ -30,8 +30,9 @@ import numpy as np
 def _play(name, params, seeds, worlds, explore, progress=None):
     """Self-play of the deals `seeds`: {player: (info uint8 [n, T], mask
     uint8 [n, A], label int64 [n])}. Each game's teacher and exploration
-    draws are seeded by its deal alone, so any split of the deals over
-    processes gives the same rows."""
+    draws are seeded by its deal alone (the teacher's by what it sees,
+    SearchPlayer.decision_rng), so any split of the deals over processes
+    gives the same rows."""
     import engine
     game = engine.load_game(name, **params)
     teacher = None
@@ -42,8 +43,6 @@ def _play(name, params, seeds, worlds, explore, progress=None):
     info, mask, act = {0: [], 1: []}, {0: [], 1: []}, {0: [], 1: []}
     for seed in seeds:
         key = int(seed) & 0xFFFFFFFFFFFF
-        if teacher is not None:
-            teacher.rng = np.random.default_rng([key, 0x5EA2C4])
         rng = np.random.default_rng([key, 0x7EAC])
         state = game.new_initial_state(seed=seed)
         while not state.is_terminal():
