@@ -541,3 +541,20 @@ def test_parallel_match_fails_loudly_when_a_worker_dies():
     with pytest.raises(ValueError, match="names a checkpoint, or a game and search settings"):
         from trainer.evaluate import agent_from_spec
         agent_from_spec({"game": {"name": "lost_cities"}})
+
+
+def test_parallel_match_of_a_sampled_read_out_is_reproducible(tmp_path):
+    """A sampled policy in worker processes: each chunk of deals draws from
+    its own stream (seeded by the match's seed and the chunk), so the match
+    does not depend on which process took which chunk."""
+    from trainer.checkpoint import save_checkpoint
+    from trainer.evaluate import parallel_match
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    nets = {k: net_for_game(game, hidden=(8,), seed=i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
+    path = save_checkpoint(tmp_path, 1, {"config": {"game": {"name": "lost_cities", "params": LC_SMALL}},
+                                         "nets": {k: n.state_dict() for k, n in nets.items()},
+                                         "net_spec": nets["strategy"].spec()})
+    spec = {"checkpoint": str(path), "policy": "average", "seed": 0, "search": None}
+    first = parallel_match(spec, "heuristic", 16, seed=2, jobs=2)
+    assert parallel_match(spec, "heuristic", 16, seed=2, jobs=2) == first
+    assert first["games"] == 16

@@ -276,6 +276,8 @@ def _match_worker_init(spec):
 
 def _match_worker_play(opponent, lo, hi, seed, worlds, n_record):
     game, agent = _WORKER["game"], _WORKER["agent"]
+    if isinstance(agent, Policy):      # a sampled read-out: each chunk its own stream, not each process the same
+        agent.rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, lo, 0xC4A2])
     before = {k: getattr(agent, k, 0) for k in SEARCH_STATS}
     record = [[] for _ in range(n_record)]
     diffs, capped = play_deals(game, agent, opponent, range(lo, hi), seed=seed, worlds=worlds, record=record)
