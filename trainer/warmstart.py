@@ -29,9 +29,9 @@ import numpy as np
 
 def _play(name, params, seeds, worlds, explore, progress=None):
     """Self-play of the deals `seeds`: {player: (info uint8 [n, T], mask
-    uint8 [n, A], label int64 [n])}. Each game's teacher and exploration
-    draws are seeded by its deal alone (the teacher's by what it sees,
-    SearchPlayer.decision_rng), so any split of the deals over processes
+    uint8 [n, A], label int64 [n])}. A game's exploration draws are seeded
+    by its deal, the teacher's by what it sees at each decision
+    (SearchPlayer.decision_rng), so any split of the deals over processes
     gives the same rows."""
     import engine
     game = engine.load_game(name, **params)
