@@ -538,6 +538,11 @@ def test_parallel_match_fails_loudly_when_a_worker_dies():
         parallel_match(spec, _DiesInAWorker(after=5), 8, jobs=2)
     with pytest.raises(ValueError, match="jobs must be at least 1"):
         parallel_match(spec, "heuristic", 8, jobs=0)
+    # evaluate() with processes but nothing to rebuild the agent from refuses, rather than run serially
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    from trainer.search import SearchPlayer
+    with pytest.raises(ValueError, match="jobs=2 needs `spec`"):
+        evaluate(game, SearchPlayer(game, worlds=2), lc_games=4, opponents=("heuristic",), jobs=2)
     with pytest.raises(ValueError, match="names a checkpoint, or a game and search settings"):
         from trainer.evaluate import agent_from_spec
         agent_from_spec({"game": {"name": "lost_cities"}})

@@ -393,11 +393,14 @@ def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, op
     if game.name == "lost_cities":
         if isinstance(opponents, str):
             opponents = (opponents,)
+        if jobs > 1 and spec is None:
+            raise ValueError(f"jobs={jobs} needs `spec`, the description each worker process rebuilds "
+                             "the agent from (agent_from_spec)")
         agent = _as_policy(agent, seed)
         out = {}
         for opp in opponents:
             n = exploiter_games if (opp == "exploiter" and exploiter_games) else lc_games
-            if jobs > 1 and spec is not None:
+            if jobs > 1:
                 r = parallel_match(spec, opp, n, seed=seed, worlds=worlds, jobs=jobs, progress=progress,
                                    record=(record or {}).get(opp), agent=agent)
             else:
