@@ -127,8 +127,10 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
         raise ValueError(f"procs must be >= 1, got {procs}")
     seeds = list(range(seed, seed + games))
     params = dict(game.params)
+    # format 2: the lookahead's worlds come from a stream per decision (SearchPlayer.decision_rng);
+    # format 1's came from one stream per game, so its rows are not what this code plays
     meta = {"game": game.name, "params": params, "games": int(games), "seed": int(seed),
-            "worlds": int(worlds), "explore": float(explore), "format": 1}
+            "worlds": int(worlds), "explore": float(explore), "format": 2}
     parts = _read_cache(cache, meta) if cache is not None else None
     cached = parts is not None
     if cached:
