@@ -178,6 +178,8 @@ def test_bad_settings_are_named():
     assert parse_search_spec("worlds=64,topk=4,time=20") == {"worlds": 64, "topk": 4, "time_limit_s": 0.02}
     p = make_search_player("heuristic,worlds=16")
     assert p.worlds == 16 and p.playout == "heuristic" and p.game.params["max_turns"] == 200
+    p = make_search_player("random")
+    assert p.worlds == 640 and p.playout == "random" and p.topk == 0
 
 
 def test_evaluate_cli_runs_the_search_with_a_blueprint(tmp_path):
@@ -188,15 +190,23 @@ def test_evaluate_cli_runs_the_search_with_a_blueprint(tmp_path):
                                   "nets": {k: n.state_dict() for k, n in nets.items()},
                                   "net_spec": nets["strategy"].spec()})
     r = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--opponent", "random",
-                        "--games", "4", "--search", "worlds=4,topk=2,depth=2", "--json"],
+                        "--games", "4", "--search", "worlds=4,topk=2", "--json"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     import json
     d = json.loads(r.stdout)
-    assert d["search"].startswith("search(worlds=4,topk=2,playout=blueprint") and d["vs_random_games"] == 4
+    # unset settings are the measured best: heuristic playouts, raced
+    assert d["search"].startswith("search(worlds=4,race(") and d["vs_random_games"] == 4
+    assert "topk=2,playout=heuristic)" in d["search"]
+    # bare --search: every setting is the default
+    r = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--opponent", "random",
+                        "--games", "2", "--search", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["search"] == "search(worlds=640,race(z=3,eps=0.1),topk=4,playout=heuristic)"
     # --jobs: the same deals in worker processes, the same results
     runs = [subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--opponent", "heuristic",
-                            "--games", "6", "--search", "worlds=4,topk=2,depth=2", "--json", "--jobs", j],
+                            "--games", "6", "--search", "worlds=4,topk=2,playout=blueprint,depth=2", "--json",
+                            "--jobs", j],
                            cwd=ROOT, capture_output=True, text=True, timeout=300) for j in ("1", "2")]
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     one, two = ({k: v for k, v in json.loads(r.stdout).items() if k != "ms_per_decision"} for r in runs)

@@ -490,10 +490,10 @@ def build_parser():
                     help="games against the exploiter, which searches at every move (default 400)")
     ap.add_argument("--worlds", type=int, default=16,
                     help="the exploiter's sampled deals of the hidden cards per decision (default 16)")
-    ap.add_argument("--search", default=None, metavar="SETTINGS",
+    ap.add_argument("--search", nargs="?", const="", default=None, metavar="SETTINGS",
                     help="Lost Cities: evaluate the search player with this checkpoint's policy as its "
-                         "blueprint, e.g. worlds=64,topk=4[,playout=blueprint|mixed|heuristic,depth=4,time=1000] "
-                         "(time in ms per decision; trainer/search.py)")
+                         "blueprint; SETTINGS (optional) as worlds=640,topk=4,playout=heuristic (the defaults), "
+                         "playout=blueprint|mixed,depth=4, time=1000 (ms per decision); trainer/search.py")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=1,
                     help="Lost Cities: play the matches in this many processes, one thread each "
@@ -562,12 +562,11 @@ def main(argv=None):
     agent = policy
     settings = None
     if args.search is not None:
-        from trainer.search import SearchPlayer, parse_search_spec
+        from trainer.search import SearchPlayer, parse_search_spec, with_blueprint_defaults
         try:
             settings = parse_search_spec(args.search)
             settings.pop("policy", None)
-            settings.setdefault("topk", 4)
-            settings.setdefault("playout", "blueprint")
+            settings = with_blueprint_defaults(settings)
             agent = SearchPlayer(game, blueprint=policy, **settings)
         except ValueError as e:
             print(f"error: --search: {e}", file=sys.stderr)

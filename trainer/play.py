@@ -9,7 +9,9 @@ OPPONENT is one of
     RUN              a run directory or checkpoint file: its trained policy
                      (--policy picks the read-out, default average)
     search:SPEC      trainer.search's player: SPEC is RUN or heuristic or
-                     random, then settings, e.g. search:runs/x,worlds=64,topk=4
+                     random, then settings, e.g. search:runs/x,worlds=256
+                     (default 640 worlds of heuristic playouts; with a run,
+                     its 4 most likely moves as the candidates)
 
 The game is the run's own game (its parameters and turn cap) when the
 opponent has a run; otherwise the classic game with the training configs'

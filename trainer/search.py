@@ -1,10 +1,10 @@
 """Search at play time: determinized Monte Carlo over the cards a player
 cannot see, for Lost Cities.
 
-    player = SearchPlayer(game, blueprint=None, worlds=64)      # heuristic playouts, no net
+    player = SearchPlayer(game, blueprint=None, worlds=640)     # heuristic playouts, no net
     action = player.step(state)
-    python -m trainer.search --worlds 512 --games 400           # against HeuristicBot, duplicate deals
-    python -m trainer.evaluate RUN --search worlds=64,topk=4    # with a trained blueprint
+    python -m trainer.search --worlds 640 --games 400           # against HeuristicBot, duplicate deals
+    python -m trainer.evaluate RUN --search worlds=640,topk=4   # with a trained blueprint
     ... --jobs N                                                # either one, deals split over N processes
 
 Each decision draws its worlds from a stream seeded by the player's seed and
@@ -78,12 +78,26 @@ from engine._lc_search import race_values, search_values
 PLAYOUTS = ("heuristic", "random", "blueprint", "mixed")
 SCHEDULES = ("race", "halving", "plain")
 
+# The settings measured best (docs/benchmarks.md, learning table), which the
+# CLIs and SearchPlayer use where none are given: 640 worlds of heuristic
+# playouts, raced. Without a net every legal move is a candidate (about 82%
+# against HeuristicBot, 18 ms of CPU a decision); with a trained blueprint its
+# 4 most likely moves (about 82%, 8 ms). Blueprint and mixed playouts cost
+# 15-150 times as much and won no more.
+DEFAULT_WORLDS = 640
+BLUEPRINT_DEFAULTS = {"worlds": DEFAULT_WORLDS, "topk": 4, "playout": "heuristic"}
+
+
+def with_blueprint_defaults(settings):
+    """SearchPlayer keywords with BLUEPRINT_DEFAULTS where `settings` is silent."""
+    return {**BLUEPRINT_DEFAULTS, **settings}
+
 
 class SearchPlayer:
     """Determinized search (see the module docstring). `blueprint` is a
     trainer.policy.Policy or None; `topk` 0 searches every legal action."""
 
-    def __init__(self, game, blueprint=None, worlds=64, topk=0, playout="heuristic", depth=4,
+    def __init__(self, game, blueprint=None, worlds=DEFAULT_WORLDS, topk=0, playout="heuristic", depth=4,
                  time_limit_s=None, chunk=16, halving=True, opponent=None, seed=0, schedule=None,
                  z=3.0, eps=0.1, prefer=False):
         if game.name != "lost_cities":
@@ -387,9 +401,9 @@ def parse_search_spec(text):
 
 def make_search_player(spec, game=None):
     """A SearchPlayer from "SOURCE[,key=value...]": SOURCE is a run directory
-    or checkpoint (the blueprint; default settings topk=4, blueprint playouts)
-    or "heuristic" / "random" (no net: those playouts). The player's game is
-    the run's, or `game`, or the capped classic game."""
+    or checkpoint (the blueprint; unset settings from BLUEPRINT_DEFAULTS)
+    or "heuristic" / "random" (no net: those playouts, DEFAULT_WORLDS worlds).
+    The player's game is the run's, or `game`, or the capped classic game."""
     import engine
     source, _, rest = spec.partition(",")
     kwargs = parse_search_spec(rest)
@@ -400,9 +414,7 @@ def make_search_player(spec, game=None):
         return SearchPlayer(game, **kwargs)
     from trainer.policy import load_policy
     blueprint = load_policy(source, kind=kind, seed=kwargs.get("seed", 0))
-    kwargs.setdefault("topk", 4)
-    kwargs.setdefault("playout", "blueprint")
-    return SearchPlayer(blueprint.game, blueprint=blueprint, **kwargs)
+    return SearchPlayer(blueprint.game, blueprint=blueprint, **with_blueprint_defaults(kwargs))
 
 
 def main(argv=None):
@@ -410,7 +422,8 @@ def main(argv=None):
         prog="python -m trainer.search",
         description="The search player without a net (heuristic or random playouts) against HeuristicBot "
                     "on duplicate deals: win rate and margin with 95% intervals, and time per decision.")
-    ap.add_argument("--worlds", type=int, nargs="+", default=[64], help="worlds per decision (several: a table)")
+    ap.add_argument("--worlds", type=int, nargs="+", default=[64], help="worlds per decision (several: a table; default 64, a quick look: "
+                                                        f"the player's own default is {DEFAULT_WORLDS})")
     ap.add_argument("--playout", choices=["heuristic", "random"], default="heuristic")
     ap.add_argument("--no-halving", action="store_true", help="spend every world on every candidate")
     ap.add_argument("--schedule", choices=SCHEDULES, default=None,
