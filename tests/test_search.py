@@ -203,6 +203,10 @@ def test_evaluate_cli_runs_the_search_with_a_blueprint(tmp_path):
                         "--games", "2", "--search", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["search"] == "search(worlds=640,race(z=3,eps=0.1),topk=4,playout=heuristic)"
+    # a bare --search before the checkpoint takes it as its settings: the error says so
+    r = subprocess.run([sys.executable, "-m", "trainer.evaluate", "--search", str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--search took" in r.stderr and "put the checkpoint before --search" in r.stderr
     # --jobs: the same deals in worker processes, the same results
     runs = [subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--opponent", "heuristic",
                             "--games", "6", "--search", "worlds=4,topk=2,playout=blueprint,depth=2", "--json",

@@ -473,7 +473,7 @@ def build_parser():
         prog="python -m trainer.evaluate",
         description="Evaluate a read-out of a Deep CFR checkpoint: exact exploitability for poker; "
                     "duplicate-deal matches with 95% intervals for Lost Cities.")
-    ap.add_argument("checkpoint", help="checkpoint file or run directory (its latest checkpoint)")
+    ap.add_argument("checkpoint", nargs="?", help="checkpoint file or run directory (its latest checkpoint)")
     ap.add_argument("--policy", default="auto",
                     help="read-out: average (the strategy net), current (the advantage nets' regret "
                          "matching), sdcfr (the exact SD-CFR average), each optionally -greedy; "
@@ -525,6 +525,11 @@ def _opponent_list(text):
 def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
+    if args.checkpoint is None:
+        if args.search and "=" not in args.search:       # a bare --search took the checkpoint as its settings
+            ap.error(f"no checkpoint: --search took {args.search!r} as its settings; "
+                     "put the checkpoint before --search")
+        ap.error("the following arguments are required: checkpoint")
     torch.set_num_threads(1)        # small batches: one thread is fastest, and never stalls on a busy machine
     if args.games < 1 or args.exploiter_games < 1:
         ap.error("--games and --exploiter-games must be at least 1")
