@@ -18,6 +18,7 @@ Both encodings see the same games, batches and seeds.
 """
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -47,9 +48,16 @@ class _Rows:
 def imitate(features, args):
     game = engine.load_game("lost_cities", max_turns=200, features=features)
     t0 = time.perf_counter()
-    teacher = dict(worlds=args.worlds, explore=args.explore)
-    _, train = heuristic_rows(game, args.games, seed=1_000_003, advantage=0.2, **teacher)
-    _, test = heuristic_rows(game, args.test_games, seed=9_000_017, advantage=0.2, **teacher)
+    teacher = dict(worlds=args.worlds, explore=args.explore, procs=args.procs or os.cpu_count() or 1)
+    cache = {}
+    if args.cache:
+        os.makedirs(args.cache, exist_ok=True)
+        tag = f"f{features}-w{args.worlds}-x{args.explore:g}"
+        cache = {"train": os.path.join(args.cache, f"train-{args.games}-{tag}.npz"),
+                 "test": os.path.join(args.cache, f"test-{args.test_games}-{tag}.npz")}
+    _, train = heuristic_rows(game, args.games, seed=1_000_003, advantage=0.2, cache=cache.get("train"), **teacher)
+    _, test = heuristic_rows(game, args.test_games, seed=9_000_017, advantage=0.2, cache=cache.get("test"),
+                             **teacher)
     t_rows = time.perf_counter() - t0
     torch.manual_seed(args.seed)
     net = net_for_game(game, hidden=tuple(args.hidden), seed=args.seed)
@@ -87,6 +95,10 @@ def main(argv=None):
     ap.add_argument("--match-games", type=int, default=1000)
     ap.add_argument("--features", type=int, nargs="+", default=[0, 1], choices=[0, 1])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--procs", type=int, default=1, help="processes that label the games (0: one per core)")
+    ap.add_argument("--cache", metavar="DIR",
+                    help="keep the labelled rows here and read them back when the games and teacher match, "
+                         "so runs that vary only the net or its training label once")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--out", help="write the results as JSON here")
     args = ap.parse_args(argv)

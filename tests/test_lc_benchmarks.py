@@ -18,3 +18,20 @@ def test_imitation_benchmark_scores_both_encodings(tmp_path, capsys):
             assert r[opponent]["win_rate_lo"] <= r[opponent]["win_rate"] <= r[opponent]["win_rate_hi"]
     printed = capsys.readouterr().out
     assert "features=0 (312 entries)" in printed and "features=1" in printed
+
+
+def test_imitation_benchmark_labels_once_with_a_cache(tmp_path):
+    """--cache keeps the labelled rows: a second run with another net reads
+    them back (the files are not rewritten) and scores the same decisions."""
+    cache = tmp_path / "rows"
+    common = ["--games", "4", "--test-games", "2", "--batch-size", "16", "--match-games", "2",
+              "--features", "1", "--cache", str(cache)]
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    assert lc_imitation.main(common + ["--steps", "2", "--hidden", "8", "--out", str(first)]) == 0
+    files = sorted(cache.iterdir())
+    assert [f.name for f in files] == ["test-2-f1-w0-x0.npz", "train-4-f1-w0-x0.npz"]
+    stamps = [f.stat().st_mtime_ns for f in files]
+    assert lc_imitation.main(common + ["--steps", "3", "--hidden", "12", "--out", str(second)]) == 0
+    assert [f.stat().st_mtime_ns for f in sorted(cache.iterdir())] == stamps
+    a, b = (json.loads(p.read_text())["results"][0] for p in (first, second))
+    assert a["train_rows"] == b["train_rows"] > 0 and a["test_rows"] == b["test_rows"] > 0
