@@ -61,10 +61,13 @@ def imitate(features, args):
     t_rows = time.perf_counter() - t0
     torch.manual_seed(args.seed)
     net = net_for_game(game, hidden=tuple(args.hidden), seed=args.seed)
-    opt = torch.optim.Adam(net.parameters(), lr=args.lr)
+    if args.weight_decay > 0:
+        opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    else:
+        opt = torch.optim.Adam(net.parameters(), lr=args.lr)
     t0 = time.perf_counter()
     loss = train_net(net, _Rows(train), args.steps, args.batch_size, opt, "cpu",
-                     np.random.default_rng(args.seed), strategy_loss)
+                     np.random.default_rng(args.seed), strategy_loss, cosine_decay=args.lr_decay)
     t_train = time.perf_counter() - t0
     probs = policy_probs(net, test["info"].astype(np.float32), test["mask"])
     agree = float((probs.argmax(1) == test["target"].argmax(1)).mean())
@@ -91,6 +94,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr-decay", action="store_true",
+                    help="cosine decay of the learning rate to 0 over the steps (the trainer's strategy_lr_decay)")
+    ap.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay (0: Adam)")
     ap.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     ap.add_argument("--match-games", type=int, default=1000)
     ap.add_argument("--features", type=int, nargs="+", default=[0, 1], choices=[0, 1])

@@ -31,7 +31,8 @@ def test_imitation_benchmark_labels_once_with_a_cache(tmp_path):
     files = sorted(cache.iterdir())
     assert [f.name for f in files] == ["test-2-f1-w0-x0.npz", "train-4-f1-w0-x0.npz"]
     stamps = [f.stat().st_mtime_ns for f in files]
-    assert lc_imitation.main(common + ["--steps", "3", "--hidden", "12", "--out", str(second)]) == 0
+    assert lc_imitation.main(common + ["--steps", "3", "--hidden", "12", "--weight-decay", "0.1", "--lr-decay",
+                                       "--out", str(second)]) == 0
     assert [f.stat().st_mtime_ns for f in sorted(cache.iterdir())] == stamps
     a, b = (json.loads(p.read_text())["results"][0] for p in (first, second))
     assert a["train_rows"] == b["train_rows"] > 0 and a["test_rows"] == b["test_rows"] > 0
