@@ -30,19 +30,23 @@ from batcher.networks import net_for_game
 from trainer.evaluate import duplicate_match
 from trainer.learn import strategy_loss, train_net
 from trainer.policy import AveragePolicy, policy_probs
+from trainer.symmetry import ColourAugment
 from trainer.warmstart import heuristic_rows
 
 
 class _Rows:
-    """The minimal memory train_net samples from: fixed rows, uniform draws."""
+    """The minimal memory train_net samples from: fixed rows, uniform draws,
+    each renamed by a random colour permutation if `augment` is given."""
 
-    def __init__(self, rows):
+    def __init__(self, rows, augment=None):
         self.rows = rows
         self.size = len(rows["weight"])
+        self.augment = augment
 
     def sample(self, batch_size, rng):
         idx = rng.integers(0, self.size, size=batch_size)
-        return {k: v[idx] for k, v in self.rows.items()}
+        batch = {k: v[idx] for k, v in self.rows.items()}
+        return batch if self.augment is None else self.augment(batch, rng)
 
 
 def imitate(features, args):
@@ -66,12 +70,14 @@ def imitate(features, args):
     else:
         opt = torch.optim.Adam(net.parameters(), lr=args.lr)
     t0 = time.perf_counter()
-    loss = train_net(net, _Rows(train), args.steps, args.batch_size, opt, "cpu",
+    augment = ColourAugment(game) if args.augment_colours else None
+    loss = train_net(net, _Rows(train, augment), args.steps, args.batch_size, opt, "cpu",
                      np.random.default_rng(args.seed), strategy_loss, cosine_decay=args.lr_decay)
     t_train = time.perf_counter() - t0
     probs = policy_probs(net, test["info"].astype(np.float32), test["mask"])
     agree = float((probs.argmax(1) == test["target"].argmax(1)).mean())
-    out = {"features": features, "worlds": args.worlds, "explore": args.explore, "tensor_size": game.information_state_tensor_size(),
+    out = {"features": features, "worlds": args.worlds, "explore": args.explore,
+           "augment_colours": bool(args.augment_colours), "weight_decay": args.weight_decay, "tensor_size": game.information_state_tensor_size(),
            "train_rows": int(train["weight"].size), "test_rows": int(test["weight"].size),
            "train_loss": loss, "agreement": agree, "rows_s": round(t_rows, 1), "train_s": round(t_train, 1)}
     for opponent in ("heuristic", "random"):
@@ -97,6 +103,8 @@ def main(argv=None):
     ap.add_argument("--lr-decay", action="store_true",
                     help="cosine decay of the learning rate to 0 over the steps (the trainer's strategy_lr_decay)")
     ap.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay (0: Adam)")
+    ap.add_argument("--augment-colours", action="store_true",
+                    help="rename each training row's colours by a random permutation (trainer/symmetry.py)")
     ap.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     ap.add_argument("--match-games", type=int, default=1000)
     ap.add_argument("--features", type=int, nargs="+", default=[0, 1], choices=[0, 1])
