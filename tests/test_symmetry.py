@@ -1,5 +1,7 @@
 """trainer.symmetry: renaming Lost Cities' colours in an encoded row is the
 same as encoding the renamed position (checked against the engine)."""
+import itertools
+
 import numpy as np
 import pytest
 
@@ -86,7 +88,7 @@ def test_colour_augment_renames_each_row_consistently():
     out = ColourAugment(game)({"info": info, "mask": mask, "target": target, "weight": weight},
                               np.random.default_rng(0))
     assert out["weight"] is weight and out["info"].dtype == np.uint8 and out["info"].shape == info.shape
-    maps = [colour_maps(game, p) for p in __import__("itertools").permutations(range(5))]
+    maps = [colour_maps(game, p) for p in itertools.permutations(range(5))]
     seen = set()
     for i in range(0, n, 97):
         # row i is the position renamed by one permutation, the same for its tensor, mask and target

@@ -419,7 +419,7 @@ def test_warm_started_run_starts_from_the_heuristic(tmp_path):
                      "--set", "train.traversals=40", "--set", "train.adv_steps=5", "--set", "train.strategy_steps=5",
                      "--set", "network.hidden=[16]", "--set", "eval.lc_games=2", "--set", "run.progress=false",
                      "--set", "train.warm_start_games=4", "--set", "train.warm_start_steps=3",
-                     "--set", "train.warm_start_share=0.5"])
+                     "--set", "train.warm_start_share=0.5", "--set", "train.augment_colours=true"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert "kept as 0.5 of every batch" in r.stdout
     m = json.loads((run2 / "metrics.jsonl").read_text().splitlines()[0])
@@ -432,6 +432,48 @@ def test_warm_started_run_starts_from_the_heuristic(tmp_path):
         load_config(ROOT / "configs" / "smoke.yaml", ["train.warm_start_share=1.0"])
     with pytest.raises(ConfigError, match="warm_start_games: kuhn_poker has no rule-based policy"):
         load_config(ROOT / "configs" / "kuhn.yaml", ["train.warm_start_games=3"])
+    with pytest.raises(ConfigError, match="augment_colours: colour renaming is a lost_cities symmetry"):
+        load_config(ROOT / "configs" / "leduc.yaml", ["train.augment_colours=true"])
+
+
+def test_train_net_learns_from_augmented_batches():
+    """train_net hands every minibatch to `augment` before the step: a net
+    trained on colour-renamed copies of one row gives the renamed move the
+    probability it gives the original move."""
+    import engine
+    from batcher.networks import net_for_game
+    from trainer.learn import strategy_loss, train_net
+    from trainer.symmetry import ColourAugment, action_map, colour_maps
+    game = engine.load_game("lost_cities", colours=3, ranks=5, hand_size=4, features=1)
+    state = game.new_initial_state(seed=5)
+    info = np.asarray(state.information_state_tensor(0), np.uint8)[None]
+    mask = np.asarray(state.legal_actions_mask(), np.uint8)[None]
+    move = state.legal_actions()[1]
+    target = np.zeros_like(mask, dtype=np.float32)
+    target[0, move] = 1.0
+    mem = ReservoirMemory(10, info.shape[1], mask.shape[1])
+    mem.add({"info": info, "target": target, "mask": mask, "weight": np.ones(1, np.float32),
+             "iteration": np.ones(1, np.int32)})
+    augment = ColourAugment(game)
+    calls = []
+
+    def counted(batch, rng):
+        calls.append(len(batch["info"]))
+        return augment(batch, rng)
+
+    net = net_for_game(game, hidden=(32,), seed=0)
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+    train_net(net, mem, 300, 16, opt, "cpu", np.random.default_rng(0), strategy_loss, augment=counted)
+    assert calls == [16] * 300
+    perm = [2, 0, 1]
+    info_src, action_src = colour_maps(game, perm)
+    with torch.no_grad():
+        p_orig = torch.softmax(net(torch.from_numpy(info.astype(np.float32))).masked_fill(
+            ~torch.from_numpy(mask).bool(), float("-inf")), 1)[0, move]
+        renamed = torch.from_numpy(info[:, info_src].astype(np.float32))
+        p_renamed = torch.softmax(net(renamed).masked_fill(~torch.from_numpy(mask[:, action_src]).bool(),
+                                                           float("-inf")), 1)[0, action_map(action_src)[move]]
+    assert p_orig > 0.9 and p_renamed > 0.9
 
 
 def test_prior_mix_keeps_the_priors_share_of_every_batch():

@@ -53,6 +53,8 @@ class TrainSection:
     """From this iteration on, the advantage nets' learning rate falls as lr * sqrt(adv_lr_after / t) (0 = constant)."""
     strategy_lr_decay: bool = True
     """Cosine-anneal the learning rate to 0 within each strategy-net training (less SGD noise in the average policy)."""
+    augment_colours: bool = False
+    """Lost Cities: every minibatch's rows have their colours renamed by a random permutation, one per row (trainer/symmetry.py), so the nets learn from every renamed copy of what they saw."""
     strategy_every: int = 10
     """Train the strategy net every n iterations (and at evaluations and the end)."""
     device: str = "auto"
@@ -338,6 +340,9 @@ def validate(cfg):
     if cfg.train.warm_start_games > 0 and cfg.game.name != "lost_cities":
         raise ConfigError(f"config train.warm_start_games: {cfg.game.name} has no rule-based policy to "
                           "warm-start from (lost_cities has)")
+    if cfg.train.augment_colours and cfg.game.name != "lost_cities":
+        raise ConfigError(f"config train.augment_colours: colour renaming is a lost_cities symmetry; "
+                          f"{cfg.game.name} has none")
     if cfg.service.workers == 0 and not cfg.service.batcher:
         raise ConfigError("config service.workers: 0 local workers needs service.batcher (workers started elsewhere)")
 

@@ -32,11 +32,12 @@ def strategy_loss(net, info, target, mask, weight):
 
 
 def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, grad_clip=1.0, progress=None,
-              cosine_decay=False):
+              cosine_decay=False, augment=None):
     """`steps` Adam steps on minibatches from `memory`; returns the mean loss
     of the last tenth of the steps (or None if the memory is empty). With
     cosine_decay the learning rate falls from its set value to 0 over the
-    steps (and is restored afterwards)."""
+    steps (and is restored afterwards). `augment(batch, rng)`, if given,
+    transforms each minibatch before the step (trainer.symmetry.ColourAugment)."""
     if memory.size == 0 or steps == 0:
         return None
     net.train()
@@ -47,7 +48,10 @@ def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, g
             factor = 0.5 * (1.0 + np.cos(np.pi * step / steps))
             for g, lr in zip(optimizer.param_groups, base_lrs):
                 g["lr"] = lr * factor
-        info, target, mask, weight = _batch_tensors(memory.sample(batch_size, rng), device)
+        batch = memory.sample(batch_size, rng)
+        if augment is not None:
+            batch = augment(batch, rng)
+        info, target, mask, weight = _batch_tensors(batch, device)
         loss = loss_fn(net, info, target, mask, weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

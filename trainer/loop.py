@@ -69,6 +69,10 @@ class Trainer:
         self.np_rng = np.random.default_rng(seed)
         self.nets = {name: self._new_net() for name in ("adv0", "adv1", "strategy")}
         self.optimizers = {name: _adam(net, cfg.train.lr) for name, net in self.nets.items()}
+        self.augment = None
+        if cfg.train.augment_colours:
+            from trainer.symmetry import ColourAugment
+            self.augment = ColourAugment(self.game)
         memory = MergingMemory if cfg.train.merge_duplicates else ReservoirMemory
         self.adv_mem = [memory(cfg.train.adv_memory, T, A, seed=seed * 3 + p + 1) for p in (0, 1)]
         self.strat_mem = memory(cfg.train.strategy_memory, T, A, seed=seed * 3 + 3)
@@ -227,7 +231,8 @@ class Trainer:
             return
         losses = [train_net(self.nets[name], memories[name], tr.warm_start_steps, tr.batch_size,
                             self.optimizers[name], self.device, self.np_rng,
-                            strategy_loss if name == "strategy" else advantage_loss, tr.grad_clip)
+                            strategy_loss if name == "strategy" else advantage_loss, tr.grad_clip,
+                            augment=self.augment)
                   for name in ("adv0", "adv1", "strategy")]
         self.log(f"warm start: {len(adv[0]['weight']) + len(adv[1]['weight'])} decisions from "
                  f"{tr.warm_start_games} games, {tr.warm_start_steps} steps per net "
@@ -255,7 +260,7 @@ class Trainer:
         bar = self._bar(total=self.cfg.train.adv_steps, desc=f"iter {t} train adv{p}", unit="step")
         loss = train_net(self.nets[name], self._memory(name), self.cfg.train.adv_steps, self.cfg.train.batch_size,
                          self.optimizers[name], self.device, self.np_rng, advantage_loss,
-                         self.cfg.train.grad_clip, bar)
+                         self.cfg.train.grad_clip, bar, augment=self.augment)
         if bar:
             bar.close()
         return loss
@@ -264,7 +269,8 @@ class Trainer:
         bar = self._bar(total=self.cfg.train.strategy_steps, desc=f"iter {t} train strategy", unit="step")
         loss = train_net(self.nets["strategy"], self._memory("strategy"), self.cfg.train.strategy_steps,
                          self.cfg.train.batch_size, self.optimizers["strategy"], self.device, self.np_rng,
-                         strategy_loss, self.cfg.train.grad_clip, bar, cosine_decay=self.cfg.train.strategy_lr_decay)
+                         strategy_loss, self.cfg.train.grad_clip, bar, cosine_decay=self.cfg.train.strategy_lr_decay,
+                         augment=self.augment)
         if bar:
             bar.close()
         return loss
