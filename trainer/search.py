@@ -422,8 +422,9 @@ def main(argv=None):
         prog="python -m trainer.search",
         description="The search player without a net (heuristic or random playouts) against HeuristicBot "
                     "on duplicate deals: win rate and margin with 95% intervals, and time per decision.")
-    ap.add_argument("--worlds", type=int, nargs="+", default=[64], help="worlds per decision (several: a table; default 64, a quick look: "
-                                                        f"the player's own default is {DEFAULT_WORLDS})")
+    ap.add_argument("--worlds", type=int, nargs="+", default=[64],
+                    help="worlds per decision (several: a table; default 64, a quick look: "
+                         f"the player's own default is {DEFAULT_WORLDS})")
     ap.add_argument("--playout", choices=["heuristic", "random"], default="heuristic")
     ap.add_argument("--no-halving", action="store_true", help="spend every world on every candidate")
     ap.add_argument("--schedule", choices=SCHEDULES, default=None,
