@@ -36,3 +36,11 @@ def test_imitation_benchmark_labels_once_with_a_cache(tmp_path):
     assert [f.stat().st_mtime_ns for f in sorted(cache.iterdir())] == stamps
     a, b = (json.loads(p.read_text())["results"][0] for p in (first, second))
     assert a["train_rows"] == b["train_rows"] > 0 and a["test_rows"] == b["test_rows"] > 0
+
+
+def test_augment_benchmark_times_both_ways(capsys):
+    from benchmarks import lc_augment
+    assert lc_augment.main(["--games", "2", "--batch-size", "8", "--steps", "2", "--rounds", "1",
+                            "--hidden", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rename_ms"] > 0 and len(out["plain_ms"]) == len(out["renamed_ms"]) == 1
