@@ -4,7 +4,8 @@
 # extensions, runs the batcher and trainer test suites against CUDA,
 # measures the steady-state worker scaling curve with the default Lost
 # Cities network, trains a few iterations of configs/lost_cities.yaml on the
-# GPU, and measures the batcher and the service's own ceiling. Each step
+# GPU, measures the batcher and the service's own ceiling, and times colour
+# renaming on the GPU against plain training steps. Each step
 # runs under its own time limit and writes $OUT/<step>.txt (at most 8
 # files); a failed step is reported and the next
 # one still runs. The exit status is 1 if any step failed.
@@ -29,8 +30,8 @@ WORKERS=${WORKERS:-1,4,8,12,15}
 QUICK=${QUICK:-0}
 PY=${PYTHON:-python3}
 TRAIN_WORKERS=${TRAIN_WORKERS:-12}
-STEPS=${STEPS:-tests scaling train bench ceiling}      # the build always runs
-TESTS=${TESTS:-tests/test_batcher.py tests/test_trainer.py}
+STEPS=${STEPS:-tests scaling train bench ceiling augment}      # the build always runs
+TESTS=${TESTS:-tests/test_batcher.py tests/test_trainer.py tests/test_symmetry.py}
 FIF=${FIF:-default}
 ADV=${ADV:-float32}
 SHM=${SHM:-on}
@@ -121,6 +122,10 @@ if has ceiling; then
         done
     done
 fi
+
+# train.augment_colours on the device: the renaming as tensors there, and training steps with and without it
+# (into bench.txt, to keep $OUT at 8 files)
+has augment && step bench 120 "$PY" -m benchmarks.lc_augment --device "$DEVICE" --games 50 --steps 200
 
 echo "== done ($(date +%T)); failed steps: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]

@@ -43,4 +43,5 @@ def test_augment_benchmark_times_both_ways(capsys):
     assert lc_augment.main(["--games", "2", "--batch-size", "8", "--steps", "2", "--rounds", "1",
                             "--hidden", "8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["rename_ms"] > 0 and len(out["plain_ms"]) == len(out["renamed_ms"]) == 1
+    assert out["rename_ms"] > 0 and out["rename_tensors_ms"] > 0 and out["device"] == "cpu"
+    assert len(out["plain_ms"]) == len(out["renamed_ms"]) == 1

@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
 import engine
 from engine._lost_cities import LostCitiesState
@@ -106,3 +107,54 @@ def test_colour_maps_refuses_what_it_cannot_rename():
         colour_maps(game, [0, 1, 2, 3, 3])
     with pytest.raises(ValueError, match="lost_cities property"):
         colour_maps(engine.load_game("kuhn_poker"), [0, 1])
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tensor_batches_are_renamed_as_the_numpy_ones(device):
+    """A batch of tensors is renamed on its device, exactly as the same batch
+    of numpy arrays under the same rng state (so a CUDA step and a CPU step
+    see the same renamed rows)."""
+    game = engine.load_game("lost_cities", features=1, max_turns=200)
+    states = _positions(game, 64, seed=5)
+    info = np.array([s.information_state_tensor(s.current_player()) for s in states], np.uint8)
+    mask = np.array([s.legal_actions_mask() for s in states], np.uint8)
+    target = np.random.default_rng(2).random(mask.shape).astype(np.float32) * mask
+    weight = np.ones(len(states), np.float32)
+    batch = {"info": info, "mask": mask, "target": target, "weight": weight}
+    augment = ColourAugment(game)
+    want = augment(batch, np.random.default_rng(9))
+    got = augment({k: torch.from_numpy(v).to(device) for k, v in batch.items()}, np.random.default_rng(9))
+    for key in ("info", "mask", "target"):
+        assert got[key].device.type == device and got[key].dtype == torch.from_numpy(batch[key]).dtype
+        np.testing.assert_array_equal(got[key].cpu().numpy(), want[key])
+    assert not np.array_equal(want["info"], info)          # the rows did move
+    assert got["weight"].device.type == device
+
+
+def test_batch_tensors_renames_numpy_rows_on_the_cpu():
+    """On the CPU the numpy renaming (the faster one there) runs before the
+    rows become tensors; the result is the same rows either way."""
+    from trainer.learn import _batch_tensors
+    game = engine.load_game("lost_cities", features=1, max_turns=200)
+    states = _positions(game, 16, seed=6)
+    batch = {"info": np.array([s.information_state_tensor(s.current_player()) for s in states], np.uint8),
+             "mask": np.array([s.legal_actions_mask() for s in states], np.uint8),
+             "target": np.zeros((16, game.num_distinct_actions()), np.float32),
+             "weight": np.full(16, 3.0, np.float32)}
+    calls = []
+
+    class Spy(ColourAugment):
+        def __call__(self, b, rng):
+            calls.append(type(b["info"]))
+            return super().__call__(b, rng)
+
+    info, target, mask, weight = _batch_tensors(batch, "cpu", Spy(game), np.random.default_rng(4))
+    assert calls == [np.ndarray]
+    want = ColourAugment(game)(batch, np.random.default_rng(4))
+    np.testing.assert_array_equal(info.numpy(), want["info"].astype(np.float32))
+    np.testing.assert_array_equal(mask.numpy(), want["mask"].astype(bool))
+    assert info.dtype == torch.float32 and mask.dtype == torch.bool
+    np.testing.assert_allclose(weight.numpy(), 1.0)

@@ -10,12 +10,18 @@ import numpy as np
 import torch
 
 
-def _batch_tensors(batch, device):
-    info = torch.from_numpy(batch["info"].astype(np.float32, copy=False)).to(device)
-    target = torch.from_numpy(batch["target"]).to(device)
-    mask = torch.from_numpy(batch["mask"]).to(device).bool()
-    weight = torch.from_numpy(batch["weight"]).to(device)
-    return info, target, mask, weight / weight.mean().clamp_min(1e-12)
+def _batch_tensors(batch, device, augment=None, rng=None):
+    """(info, target, mask, weight) on `device`, renamed by `augment` on the
+    side where it is cheaper: numpy arrays on the CPU, tensors on any other
+    device (the info rows travel as stored, uint8, and become float there)."""
+    on_cpu = torch.device(device).type == "cpu"
+    if augment is not None and on_cpu:
+        batch = augment(batch, rng)
+    cols = {key: torch.from_numpy(batch[key]).to(device) for key in ("info", "target", "mask", "weight")}
+    if augment is not None and not on_cpu:
+        cols = augment(cols, rng)
+    weight = cols["weight"]
+    return cols["info"].float(), cols["target"], cols["mask"].bool(), weight / weight.mean().clamp_min(1e-12)
 
 
 def advantage_loss(net, info, target, mask, weight):
@@ -37,7 +43,9 @@ def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, g
     of the last tenth of the steps (or None if the memory is empty). With
     cosine_decay the learning rate falls from its set value to 0 over the
     steps (and is restored afterwards). `augment(batch, rng)`, if given,
-    transforms each minibatch before the step (trainer.symmetry.ColourAugment)."""
+    transforms each minibatch before the step (trainer.symmetry.ColourAugment):
+    a dict of numpy arrays when training on the CPU, of tensors already on
+    `device` otherwise."""
     if memory.size == 0 or steps == 0:
         return None
     net.train()
@@ -48,10 +56,7 @@ def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, g
             factor = 0.5 * (1.0 + np.cos(np.pi * step / steps))
             for g, lr in zip(optimizer.param_groups, base_lrs):
                 g["lr"] = lr * factor
-        batch = memory.sample(batch_size, rng)
-        if augment is not None:
-            batch = augment(batch, rng)
-        info, target, mask, weight = _batch_tensors(batch, device)
+        info, target, mask, weight = _batch_tensors(memory.sample(batch_size, rng), device, augment, rng)
         loss = loss_fn(net, info, target, mask, weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -5,7 +5,9 @@ Every expedition colour follows the same rules, so renaming the colours
 should play the renamed move in the renamed position. A training row
 (info-state tensor, legal mask, target over actions) can therefore stand for
 C! rows. `ColourAugment` draws one renaming per row of a batch and applies
-it with two gathers, once per batch in numpy.
+it with one scatter per column, once per batch: in numpy for a batch of
+numpy arrays, in torch on the tensors' own device for a batch of tensors (a
+CUDA training step renames on the GPU instead of waiting on the CPU).
 
 How a renaming acts (docs/engine.md for the layouts):
   - a per-kind segment ("K" in engine._lost_cities.SEGMENTS) is colour-major
@@ -18,6 +20,7 @@ How a renaming acts (docs/engine.md for the layouts):
     stays, draw from pile c becomes draw from pile perm[c].
 """
 import numpy as np
+import torch
 
 
 def _block(per, offset, C, R):
@@ -96,17 +99,25 @@ class ColourAugment:
     permutation. `__call__(batch, rng)` takes a dict with "info" [n, T] and
     "mask" [n, A] and, when present, "target" [n, A] (strategy or advantage
     targets), and returns a new dict; other keys (weights) are passed
-    through. Nothing is precomputed per permutation, so six or more colours
-    cost no more memory than five."""
+    through. The columns are all numpy arrays or all torch tensors (renamed
+    on their device); either way the permutations come from the numpy `rng`,
+    so the same rng state gives the same rows. Nothing is precomputed per
+    permutation, so six or more colours cost no more memory than five."""
 
     def __init__(self, game):
         # int32 index arithmetic: half the memory traffic of int64, the bulk of a call's time
         self.info, self.action = ((c, b.astype(np.int32), s.astype(np.int32)) for c, b, s in _layout(game))
         self.colours = int(game.params["colours"])
+        self._on_device = {}       # torch.device -> the layouts as int64 tensors there
+
+    def _perms(self, n, rng):
+        return np.argsort(rng.random((n, self.colours)), axis=1)       # a uniform permutation per row
 
     def __call__(self, batch, rng):
+        if isinstance(batch["info"], torch.Tensor):
+            return self._tensors(batch, rng)
         n = len(batch["info"])
-        perms = np.argsort(rng.random((n, self.colours)), axis=1)      # a uniform permutation per row
+        perms = self._perms(n, rng)
         if n * len(self.info[1]) >= 2 ** 31:
             raise ValueError(f"a batch of {n} rows is too large to rename in one call")
         perms = perms.astype(np.int32)
@@ -122,4 +133,22 @@ class ColourAugment:
                     y = np.empty_like(x)
                     y.ravel()[dst] = x.ravel()
                     out[key] = y
+        return out
+
+    def _tensors(self, batch, rng):
+        # torch's scatter wants int64 indices; on the CPU the numpy path above is the faster one
+        device = batch["info"].device
+        layouts = self._on_device.get(device)
+        if layouts is None:
+            layouts = tuple(tuple(torch.from_numpy(a.astype(np.int64)).to(device) for a in part)
+                            for part in (self.info, self.action))
+            self._on_device[device] = layouts
+        perms = torch.from_numpy(self._perms(len(batch["info"]), rng)).to(device)
+        out = dict(batch)
+        for keys, (colour, base, stride) in zip((("info",), ("mask", "target")), layouts):
+            dst = base + stride * perms[:, colour]
+            for key in keys:
+                x = batch.get(key)
+                if x is not None and x.dim() == 2:
+                    out[key] = torch.empty_like(x).scatter_(1, dst, x)
         return out
