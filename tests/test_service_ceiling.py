@@ -298,8 +298,14 @@ def _lockstep(game, cfg, n_machines, n_traversals, lower_at=None, hi=None, adv_d
     plain = MachineGroup(game, cfg, n_machines=n_machines)
     wire = MachineGroup(game, cfg, n_machines=n_machines, wire=True, adv_dtype=adv_dtype)
     assert wire.wire_adv_dtype == adv_dtype
-    answer = forward if adv_dtype == "float32" else (
-        lambda net, rows: (forward(net, rows) * 1000).astype(np.float16))   # spread over float16's range
+    def rowwise(net, rows):
+        # a row's answer must not depend on the rows batched with it: the two groups batch the
+        # same rows differently, and on some CPUs torch's matmul differs in the last bit by batch size
+        return np.concatenate([forward(net, rows[i:i + 1]) for i in range(len(rows))]) if len(rows) else \
+            forward(net, rows)
+
+    answer = rowwise if adv_dtype == "float32" else (
+        lambda net, rows: (rowwise(net, rows) * 1000).astype(np.float16))   # spread over float16's range
     ids = np.arange(n_traversals)
     for g in (plain, wire):
         g.start(ids, ids % 2, 1, 5, 1.0)
