@@ -45,3 +45,29 @@ def test_augment_benchmark_times_both_ways(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["rename_ms"] > 0 and out["rename_tensors_ms"] > 0 and out["device"] == "cpu"
     assert len(out["plain_ms"]) == len(out["renamed_ms"]) == 1
+
+
+def test_losses_benchmark_pairs_each_game_with_its_mirror(capsys):
+    """The heuristic as the agent plays the mirror's own games: every game's
+    difference is its mirror's, each deal is won from exactly one seat (ties
+    half each), and every loss is in a seat the mirror lost."""
+    from benchmarks import lc_losses
+    assert lc_losses.main(["heuristic", "--deals", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["games"] == 40 and out["diffs"] == out["mirror"]
+    assert out["deals_won"]["1"] == 1.0 and out["win_rate"] == 0.5
+    assert out["losses_mirror_lost"] == 1.0 and out["losses"] > 0
+    assert sum(b["games"] for b in out["by_mirror"]) == 40
+    for b in out["by_mirror"]:
+        if b["games"] and b["mirror_hi"] <= 0:
+            assert b["win_rate"] == 0.0
+        if b["games"] and b["mirror_lo"] > 0:
+            assert b["win_rate"] == 1.0
+
+
+def test_losses_benchmark_takes_the_search_player(capsys):
+    from benchmarks import lc_losses
+    assert lc_losses.main(["search:heuristic,worlds=4", "--deals", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "search:heuristic,worlds=4 vs heuristic, 4 games on 2 deals (seed 777)" in printed
+    assert "mirror diff from the seat" in printed
