@@ -134,14 +134,17 @@ def test_interrupted_venv_leaves_nothing(tmp_path, bare_venv):
     between the check and the signal on a busy machine. The signal is sent
     once the wrapper says it blocks: sent while the inner `python -m venv` was
     exiting normally, it left the wrapper running on (bash goes on after a
-    child that survived the interrupt) into a two-minute sleep."""
+    child that survived the interrupt) into a two-minute sleep. The wrapper
+    marks the file with a shell redirection, not `touch`: a signal that caught
+    an external `touch` after it made the file but before it exited did the
+    same (seen once in CI: the wrapper went on into the sleep)."""
     d = tmp_path / "v"
     base = tmp_path / "python-with-slow-ensurepip"
     blocking = tmp_path / "blocking"
     base.write_text("#!/usr/bin/env bash\n"
                     'if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then\n'
                     f'    "{bare_venv / "bin" / "python"}" -m venv --without-pip "${{@:3}}" || exit 1\n'
-                    f'    touch "{blocking}"\n'
+                    f'    : > "{blocking}"\n'
                     "    exec sleep 120\n"
                     "fi\n"
                     f'exec "{bare_venv / "bin" / "python"}" "$@"\n')
