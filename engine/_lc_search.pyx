@@ -13,6 +13,12 @@ by lc_resample from the stream rng_seed(seed, 0x4E5A, w), as
 with a StateBatch. Every candidate is played in the same worlds (common random
 numbers), and the heuristic is deterministic, so the candidates' values in a
 world differ only by the action.
+
+The race can also be told to redeal less than the player cannot see
+(`hidden`), which no honest player can do: 1 keeps the opponent's true hand
+and shuffles only the deck order; 2 plays the true state itself (perfect
+information). These are for measuring what the hidden cards are worth
+(benchmarks.lc_ceiling); a player searches with 0.
 """
 from libc.string cimport memcpy
 from libc.math cimport sqrt
@@ -21,7 +27,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 import numpy as np
 
 from engine._types cimport int8_t, int16_t, uint8_t, uint64_t
-from engine._rng cimport rng_seed
+from engine._rng cimport rng_seed, rng_below
 from engine._game cimport Game, State
 from engine._lost_cities cimport (LCConfig, LCState, LCUndo, LC_PLAY, LC_DRAW, LC_MAX_COLOURS,
                                   lc_apply, lc_score, lc_resample, lc_legal_actions,
@@ -34,6 +40,21 @@ cdef inline void lc_heuristic_playout(const LCConfig* cfg, LCState* s, int limit
     while not s.terminal and steps < limit:
         lc_apply(cfg, s, lc_heuristic_action(cfg, s), &u)
         steps += 1
+
+
+cdef inline void lc_world(const LCConfig* cfg, LCState* world, int me, uint64_t* rng,
+                          int hidden) noexcept nogil:
+    """Redeal `world` (a copy of the root) for `me`: hidden 0 redeals all `me`
+    cannot see (lc_resample), 1 only the deck order (a Fisher-Yates shuffle
+    of the deck; the opponent keeps its true hand), 2 nothing."""
+    cdef int i, j
+    cdef uint8_t t
+    if hidden == 0:
+        lc_resample(cfg, world, me, rng)
+    elif hidden == 1:
+        for i in range(world.deck_len - 1, 0, -1):
+            j = rng_below(rng, i + 1)
+            t = world.deck[i]; world.deck[i] = world.deck[j]; world.deck[j] = t
 
 
 cdef void lc_search_worlds(const LCConfig* cfg, const LCState* root, int me, uint64_t seed,
@@ -66,7 +87,7 @@ cdef double _now() noexcept nogil:
 cdef int lc_race(const LCConfig* cfg, const LCState* root, int me, uint64_t seed,
                  const int* cands, int n_cands, long budget, int max_worlds, int first_round,
                  int chunk, double z, double eps, double deadline, double* vals,
-                 int* seen, int limit) noexcept nogil:
+                 int* seen, int limit, int hidden) noexcept nogil:
     """Racing with paired differences. Every candidate still in the race is
     played in the same worlds 0, 1, 2, ... (first `first_round` of them, then
     `chunk` at a time); after each step the leader is the best mean, and a
@@ -77,7 +98,8 @@ cdef int lc_race(const LCConfig* cfg, const LCState* root, int me, uint64_t seed
     CLOCK_MONOTONIC; <= 0: none), always after the first step.
 
     vals[j * max_worlds + w]: candidate j's value in world w, for w <
-    seen[j] (the worlds it was played in). Returns the leader's index."""
+    seen[j] (the worlds it was played in). `hidden`: what a world redeals
+    (lc_world; 0 for a player). Returns the leader's index."""
     cdef int alive[64]
     cdef double sums[64]
     cdef int n_alive = n_cands, nw = 0, step = first_round, i, j, b, w, a, keep
@@ -101,7 +123,7 @@ cdef int lc_race(const LCConfig* cfg, const LCState* root, int me, uint64_t seed
         for w in range(nw, nw + step):
             memcpy(&world, root, sizeof(LCState))
             rng = rng_seed(seed, 0x4E5A, <uint64_t>w)
-            lc_resample(cfg, &world, me, &rng)
+            lc_world(cfg, &world, me, &rng, hidden)
             for i in range(n_alive):
                 j = alive[i]
                 memcpy(&s, &world, sizeof(LCState))
@@ -142,11 +164,13 @@ cdef int lc_race(const LCConfig* cfg, const LCState* root, int me, uint64_t seed
 
 
 def race_values(State state, int player, seed, cands, long budget, int first_round=16, int chunk=16,
-                double z=2.0, double eps=0.1, double time_limit=0.0):
+                double z=2.0, double eps=0.1, double time_limit=0.0, int hidden=0):
     """Racing search (lc_race) of `player`'s candidate actions in `state`
     with heuristic playouts; at most `budget` playouts and `time_limit`
-    seconds (0: none). Returns (leader index, vals [A, W] float64 with NaN
-    where a candidate was not played, worlds each candidate saw [A])."""
+    seconds (0: none). `hidden` 1 or 2 redeals less than `player` cannot
+    see (the module docstring; diagnostics only). Returns (leader index,
+    vals [A, W] float64 with NaN where a candidate was not played, worlds
+    each candidate saw [A])."""
     cdef Game game = state.game
     _lc_cfg(game)
     cdef const LCConfig* cfg = <const LCConfig*>game.gd.cfg
@@ -158,6 +182,9 @@ def race_values(State state, int player, seed, cands, long budget, int first_rou
         raise ValueError(f"the race needs 1 to 64 candidates, got {len(c)}")
     if budget < 1 or first_round < 1 or chunk < 1:
         raise ValueError("budget, first_round and chunk must be >= 1")
+    if hidden not in (0, 1, 2):
+        raise ValueError(f"hidden must be 0 (redeal all unseen cards), 1 (the deck order) or 2 (nothing), "
+                         f"got {hidden}")
     cdef int W = <int>max(1, min(budget // 2 if len(c) > 1 else 1, 1 << 20))
     vals = np.full((len(c), W), np.nan, dtype=np.float64)
     seen = np.zeros(len(c), dtype=np.int32)
@@ -169,8 +196,23 @@ def race_values(State state, int player, seed, cands, long budget, int first_rou
         deadline = _now() + time_limit
     with nogil:
         b = lc_race(cfg, <const LCState*>state.data, player, base, &cv[0], <int>cv.shape[0], budget, W,
-                    first_round, chunk, z, eps, deadline, &vv[0, 0], &sv[0], limit)
+                    first_round, chunk, z, eps, deadline, &vv[0, 0], &sv[0], limit, hidden)
     return b, vals[:, :int(seen.max())], seen
+
+
+def race_world(State state, int player, seed, long w, int hidden=0):
+    """World `w` of a race (or search_values call) seeded `seed`, as a new
+    State: `state` redealt for `player` as lc_world redeals it."""
+    cdef Game game = state.game
+    _lc_cfg(game)
+    if player not in (0, 1):
+        raise ValueError(f"player must be 0 or 1, got {player!r}")
+    if hidden not in (0, 1, 2) or w < 0:
+        raise ValueError(f"hidden must be 0, 1 or 2 and w >= 0, got {hidden} and {w}")
+    cdef State out = state.clone()
+    cdef uint64_t rng = rng_seed(<uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF), 0x4E5A, <uint64_t>w)
+    lc_world(<const LCConfig*>game.gd.cfg, <LCState*>out.data, player, &rng, hidden)
+    return out
 
 
 def _checked_cands(State state, int player, cands):

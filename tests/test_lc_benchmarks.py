@@ -2,6 +2,8 @@
 figures are benchmark output, not tested here)."""
 import json
 
+import pytest
+
 from benchmarks import lc_imitation
 
 
@@ -71,3 +73,16 @@ def test_losses_benchmark_takes_the_search_player(capsys):
     printed = capsys.readouterr().out
     assert "search:heuristic,worlds=4 vs heuristic, 4 games on 2 deals (seed 777)" in printed
     assert "mirror diff from the seat" in printed
+
+
+def test_ceiling_benchmark_plays_every_oracle_on_the_same_deals(capsys):
+    from benchmarks import lc_ceiling
+    assert lc_ceiling.main(["--oracles", "plain", "hand+endgame:3", "all", "--games", "4", "--worlds", "4",
+                            "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["oracle"] for r in rows] == ["plain", "hand+endgame:3", "all"]
+    assert all(r["games"] == 4 and r["decisions"] > 0 for r in rows)
+    assert "oracle" not in rows[0]["player"] and "oracle=all" in rows[2]["player"]
+    with pytest.raises(SystemExit):
+        lc_ceiling.main(["--oracles", "endgame:-1"])
+    assert "bad oracle 'endgame:-1'" in capsys.readouterr().err

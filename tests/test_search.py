@@ -291,6 +291,72 @@ def test_race_values_are_heuristic_playouts_in_common_worlds():
         race_values(state, me, 11, [-1], 10)
 
 
+def test_race_worlds_redeal_what_hidden_says():
+    """World w of a race: hidden 0 is StateBatch.resample's row w; 1 keeps
+    the opponent's true hand and shuffles only the deck; 2 is the state."""
+    from engine._lc_search import race_world
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    state = _midgame(game, 7)
+    me = state.current_player()
+    true = state.to_dict()
+    replayed = _replay_worlds(game, state, 11, 6)
+    orders = set()
+    for w in range(6):
+        assert race_world(state, me, 11, w).to_dict() == replayed[w].to_dict()
+        world = race_world(state, me, 11, w, hidden=1).to_dict()
+        assert world["hands"] == true["hands"] and sorted(world["deck"]) == sorted(true["deck"])
+        assert {k: v for k, v in world.items() if k != "deck"} == {k: v for k, v in true.items() if k != "deck"}
+        orders.add(tuple(world["deck"]))
+        assert race_world(state, me, 11, w, hidden=2).to_dict() == true
+    assert len(orders) > 1
+    assert any(replayed[w].to_dict()["hands"] != true["hands"] for w in range(6))
+    with pytest.raises(ValueError, match="hidden must be"):
+        race_world(state, me, 11, 0, hidden=3)
+
+
+def test_race_values_in_oracle_worlds():
+    from engine._lc_search import race_values, race_world
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    state = _midgame(game, 7)
+    me = state.current_player()
+    cands = state.legal_actions()
+    b, vals, seen = race_values(state, me, 11, cands, 40 * len(cands), first_round=4, chunk=4, z=1.0, eps=0.0,
+                                hidden=1)
+    for j, a in enumerate(cands):
+        for w in range(seen[j]):
+            assert vals[j, w] == _heuristic_final(game, race_world(state, me, 11, w, hidden=1), a, me)
+    # perfect information: every world is the true deal, the leader its best move
+    b, vals, seen = race_values(state, me, 11, cands, 40 * len(cands), first_round=4, hidden=2)
+    finals = [_heuristic_final(game, state, a, me) for a in cands]
+    for j in range(len(cands)):
+        assert (vals[j, :seen[j]] == finals[j]).all()
+    assert b == int(np.argmax(finals))
+    with pytest.raises(ValueError, match="hidden must be"):
+        race_values(state, me, 11, cands, 10, hidden=-1)
+
+
+def test_oracle_search_player():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    state = _midgame(game, 7)
+    me = state.current_player()
+    seer = SearchPlayer(game, worlds=32, seed=3, oracle="all")
+    assert "oracle=all" in seer.name
+    finals = [_heuristic_final(game, state, a, me) for a in state.legal_actions()]
+    assert seer.step(state) == state.legal_actions()[int(np.argmax(finals))]
+    # an endgame oracle sees nothing while the deck is longer than its D
+    plain = SearchPlayer(game, worlds=32, seed=3)
+    late = SearchPlayer(game, worlds=32, seed=3, oracle=f"endgame:{state.deck_size() - 1}")
+    a, b = plain.search(state), late.search(state)
+    assert a[0] == b[0] and np.array_equal(a[1], b[1])
+    at = SearchPlayer(game, worlds=32, seed=3, oracle=f"hand+endgame:{state.deck_size()}")
+    assert np.array_equal(at.search(state)[1], seer.search(state)[1])
+    for bad in ("deck", "endgame", "endgame:x", "hand+hand", "all+endgame:3"):
+        with pytest.raises(ValueError, match="bad oracle"):
+            SearchPlayer(game, worlds=8, oracle=bad)
+    with pytest.raises(ValueError, match="race schedule"):
+        SearchPlayer(game, worlds=8, oracle="hand", schedule="halving")
+
+
 def test_race_player_picks_among_the_survivors():
     game = engine.load_game("lost_cities", **LC_SMALL)
     state = _midgame(game, 7)

@@ -29,6 +29,11 @@ At each decision the player
      move unless the search dropped it as worse (it left the race, or was
      halved away): the search as a check on the blueprint, which moves
      only where the worlds show it a better move.
+Diagnostics only: `oracle` lets the race see cards no player can see, to
+measure what the hidden information is worth (benchmarks.lc_ceiling):
+"hand" shows it the opponent's hand (its worlds shuffle only the deck
+order), "endgame:D" the whole deal once the deck holds D cards or fewer,
+"hand+endgame:D" both, "all" the whole deal at every decision.
 With an `opponent` model (a policy), each playout first finishes the
 player's turn with the playout policy and lets that model play the
 opponent's next turn: a best response to the model one turn deep, which is
@@ -99,7 +104,7 @@ class SearchPlayer:
 
     def __init__(self, game, blueprint=None, worlds=DEFAULT_WORLDS, topk=0, playout="heuristic", depth=4,
                  time_limit_s=None, chunk=16, halving=True, opponent=None, seed=0, schedule=None,
-                 z=3.0, eps=0.1, prefer=False):
+                 z=3.0, eps=0.1, prefer=False, oracle=None):
         if game.name != "lost_cities":
             raise ValueError(f"the search player plays lost_cities, not {game.name}")
         if worlds < 1 or chunk < 1:
@@ -123,6 +128,10 @@ class SearchPlayer:
             raise ValueError("the race schedule plays heuristic playouts without an opponent model")
         if z <= 0 or eps < 0:
             raise ValueError(f"z must be > 0 and eps >= 0, got {z} and {eps}")
+        self.oracle = oracle
+        self.sees_hand, self.sees_all_at = parse_oracle(oracle)
+        if oracle is not None and schedule != "race":
+            raise ValueError("an oracle needs the race schedule (heuristic playouts, no opponent model)")
         self.game = game
         self.blueprint = blueprint
         self.worlds = int(worlds)
@@ -160,6 +169,8 @@ class SearchPlayer:
         parts.append(f"playout={self.playout}" + (f",depth={self.depth}" if self.playout in ("blueprint", "mixed") else ""))
         if self.time_limit_s:
             parts.append(f"time={self.time_limit_s * 1000:g}ms")
+        if self.oracle is not None:
+            parts.append(f"oracle={self.oracle}")
         return "search(" + ",".join(parts) + ")"
 
     def candidates(self, state):
@@ -235,9 +246,10 @@ class SearchPlayer:
         A = len(cands)
         seed = int(self.rng.integers(1 << 62))
         budget = self.worlds * A
+        hidden = 2 if state.deck_size() <= self.sees_all_at else 1 if self.sees_hand else 0
         b, vals, seen = race_values(state, me, seed, cands, budget, first_round=self.chunk,
                                     chunk=self.chunk, z=self.z, eps=self.eps,
-                                    time_limit=self.time_limit_s or 0.0)
+                                    time_limit=self.time_limit_s or 0.0, hidden=hidden)
         final = np.full(A, -np.inf)
         wins = np.zeros(A)
         if vals.shape[1]:
@@ -373,6 +385,26 @@ class SearchPlayer:
     def ms_per_decision(self, cpu=False):
         """Mean wall-clock (or, with cpu, process CPU) milliseconds per search."""
         return 1000.0 * (self.cpu_seconds if cpu else self.seconds) / max(self.decisions, 1)
+
+
+def parse_oracle(text):
+    """SearchPlayer's `oracle` -> (sees the opponent's hand, sees the whole
+    deal once the deck holds at most this many cards; -1: never)."""
+    if text is None:
+        return False, -1
+    hand, all_at = False, -1
+    for part in str(text).split("+"):
+        kind, _, arg = part.partition(":")
+        if kind == "hand" and not arg and not hand:
+            hand = True
+        elif kind == "all" and not arg and all_at < 0:
+            all_at = 1 << 30
+        elif kind == "endgame" and all_at < 0 and arg.isdigit():
+            all_at = int(arg)
+        else:
+            raise ValueError(f"bad oracle {text!r}: hand, endgame:D (D cards left in the deck), all, "
+                             "or hand+endgame:D")
+    return hand, all_at
 
 
 def parse_search_spec(text):
