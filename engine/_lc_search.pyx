@@ -202,14 +202,16 @@ def race_values(State state, int player, seed, cands, long budget, int first_rou
 
 def race_world(State state, int player, seed, long w, int hidden=0):
     """World `w` of a race (or search_values call) seeded `seed`, as a new
-    State: `state` redealt for `player` as lc_world redeals it."""
+    State: `state` redealt for `player` as lc_world redeals it. Like
+    State.resample's, the result has no history to undo."""
     cdef Game game = state.game
     _lc_cfg(game)
     if player not in (0, 1):
         raise ValueError(f"player must be 0 or 1, got {player!r}")
     if hidden not in (0, 1, 2) or w < 0:
         raise ValueError(f"hidden must be 0, 1 or 2 and w >= 0, got {hidden} and {w}")
-    cdef State out = state.clone()
+    cdef State out = game._make_state()
+    memcpy(out.data, state.data, game.gd.state_size)
     cdef uint64_t rng = rng_seed(<uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF), 0x4E5A, <uint64_t>w)
     lc_world(<const LCConfig*>game.gd.cfg, <LCState*>out.data, player, &rng, hidden)
     return out

@@ -310,6 +310,7 @@ def test_race_worlds_redeal_what_hidden_says():
         assert race_world(state, me, 11, w, hidden=2).to_dict() == true
     assert len(orders) > 1
     assert any(replayed[w].to_dict()["hands"] != true["hands"] for w in range(6))
+    assert state.history() and not race_world(state, me, 11, 0, hidden=2).history()     # nothing to undo
     with pytest.raises(ValueError, match="hidden must be"):
         race_world(state, me, 11, 0, hidden=3)
 
