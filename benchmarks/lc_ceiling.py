@@ -24,6 +24,11 @@ import time
 DEFAULT_ORACLES = ("plain", "hand", "endgame:6", "hand+endgame:6", "all")
 
 
+def oracle_setting(row):
+    """SearchPlayer's `oracle` for a row's name ("plain": None)."""
+    return None if row == "plain" else row
+
+
 def ceiling_rows(oracles, worlds=640, games=400, seed=777, jobs=1, progress=None):
     """One dict per oracle: the duplicate match's statistics (trainer.evaluate
     duplicate_match) and the search's time per decision."""
@@ -36,7 +41,7 @@ def ceiling_rows(oracles, worlds=640, games=400, seed=777, jobs=1, progress=None
     game = engine.load_game(**game_spec)
     rows = []
     for oracle in oracles:
-        settings = {"worlds": worlds, "seed": seed, "oracle": None if oracle == "plain" else oracle}
+        settings = {"worlds": worlds, "seed": seed, "oracle": oracle_setting(oracle)}
         player = SearchPlayer(game, **settings)       # checks the oracle before any game is played
         t0 = time.perf_counter()
         if jobs > 1:
@@ -74,12 +79,11 @@ def main(argv=None):
     if args.games < 2 or args.worlds < 1 or args.jobs < 1:
         ap.error("--games must be >= 2, --worlds and --jobs >= 1")
     from trainer.search import parse_oracle
-    for oracle in args.oracles:
-        if oracle != "plain":
-            try:
-                parse_oracle(oracle)
-            except ValueError as e:
-                ap.error(str(e))
+    for oracle in args.oracles:          # every row checked before hours of games
+        try:
+            parse_oracle(oracle_setting(oracle))
+        except ValueError as e:
+            ap.error(str(e))
     if not args.json:
         print(f"the no-net search ({args.worlds} worlds) vs HeuristicBot, {args.games} games a row "
               f"on the same deals (seed {args.seed})")

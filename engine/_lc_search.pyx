@@ -42,18 +42,22 @@ cdef inline void lc_heuristic_playout(const LCConfig* cfg, LCState* s, int limit
         steps += 1
 
 
-cdef inline void lc_world(const LCConfig* cfg, LCState* world, int me, uint64_t* rng,
-                          int hidden) noexcept nogil:
-    """Redeal `world` (a copy of the root) for `me`: hidden 0 redeals all `me`
-    cannot see (lc_resample), 1 only the deck order (a Fisher-Yates shuffle
-    of the deck; the opponent keeps its true hand), 2 nothing."""
+cdef inline void lc_world(const LCConfig* cfg, const LCState* root, int me, uint64_t seed, uint64_t w,
+                          int hidden, LCState* world) noexcept nogil:
+    """World `w` of a search seeded `seed`: `root` copied into `world` and
+    redealt for `me` from the stream rng_seed(seed, 0x4E5A, w). hidden 0
+    redeals all `me` cannot see (lc_resample), 1 only the deck order (a
+    Fisher-Yates shuffle of the deck; the opponent keeps its true hand), 2
+    nothing."""
     cdef int i, j
     cdef uint8_t t
+    cdef uint64_t rng = rng_seed(seed, 0x4E5A, w)
+    memcpy(world, root, sizeof(LCState))
     if hidden == 0:
-        lc_resample(cfg, world, me, rng)
+        lc_resample(cfg, world, me, &rng)
     elif hidden == 1:
         for i in range(world.deck_len - 1, 0, -1):
-            j = rng_below(rng, i + 1)
+            j = rng_below(&rng, i + 1)
             t = world.deck[i]; world.deck[i] = world.deck[j]; world.deck[j] = t
 
 
@@ -65,12 +69,9 @@ cdef void lc_search_worlds(const LCConfig* cfg, const LCState* root, int me, uin
     and heuristic playouts in world w."""
     cdef LCState world, s
     cdef LCUndo u
-    cdef uint64_t rng
     cdef int w, j
     for w in range(n_worlds):
-        memcpy(&world, root, sizeof(LCState))
-        rng = rng_seed(seed, 0x4E5A, <uint64_t>(first + w))
-        lc_resample(cfg, &world, me, &rng)
+        lc_world(cfg, root, me, seed, <uint64_t>(first + w), 0, &world)
         for j in range(n_cands):
             memcpy(&s, &world, sizeof(LCState))
             lc_apply(cfg, &s, cands[j], &u)
@@ -107,7 +108,6 @@ cdef int lc_race(const LCConfig* cfg, const LCState* root, int me, uint64_t seed
     cdef double best, d, dm, dv, se
     cdef LCState world, s
     cdef LCUndo u
-    cdef uint64_t rng
     for j in range(n_cands):
         alive[j] = j
         sums[j] = 0.0
@@ -121,9 +121,7 @@ cdef int lc_race(const LCConfig* cfg, const LCState* root, int me, uint64_t seed
         if step < 1:
             break
         for w in range(nw, nw + step):
-            memcpy(&world, root, sizeof(LCState))
-            rng = rng_seed(seed, 0x4E5A, <uint64_t>w)
-            lc_world(cfg, &world, me, &rng, hidden)
+            lc_world(cfg, root, me, seed, <uint64_t>w, hidden, &world)
             for i in range(n_alive):
                 j = alive[i]
                 memcpy(&s, &world, sizeof(LCState))
@@ -211,9 +209,8 @@ def race_world(State state, int player, seed, long w, int hidden=0):
     if hidden not in (0, 1, 2) or w < 0:
         raise ValueError(f"hidden must be 0, 1 or 2 and w >= 0, got {hidden} and {w}")
     cdef State out = game._make_state()
-    memcpy(out.data, state.data, game.gd.state_size)
-    cdef uint64_t rng = rng_seed(<uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF), 0x4E5A, <uint64_t>w)
-    lc_world(<const LCConfig*>game.gd.cfg, <LCState*>out.data, player, &rng, hidden)
+    lc_world(<const LCConfig*>game.gd.cfg, <const LCState*>state.data, player,
+             <uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF), <uint64_t>w, hidden, <LCState*>out.data)
     return out
 
 
