@@ -1,15 +1,15 @@
 """Evaluation of a Deep CFR checkpoint's policies.
 
-    python -m trainer.evaluate RUN_OR_CHECKPOINT [--policy average|current|sdcfr[-greedy]]
+    python -m agents.evaluate RUN_OR_CHECKPOINT [--policy average|current|sdcfr[-greedy]]
         [--opponent random,heuristic,cautious,exploiter | both | all] [--games 2000]
         [--exploiter-games 400] [--worlds 16] [--seed S] [--json]
 
-Read-outs (trainer.policy): the average policy (the strategy net, or the
+Read-outs (agents.policy): the average policy (the strategy net, or the
 exact SD-CFR average), the current policy (regret matching on the advantage
 nets), and greedy variants of each.
 
 Kuhn and Leduc poker: exact exploitability, from our own best response over
-the engine (trainer.exact), checked against OpenSpiel's
+the engine (agents.exact), checked against OpenSpiel's
 (`openspiel_exploitability`) when pyspiel is installed. Both follow OpenSpiel:
 nash_conv = BR_0 + BR_1, exploitability = nash_conv / num_players.
 
@@ -17,23 +17,21 @@ Lost Cities: duplicate deals (`duplicate_match`): every deal is played twice
 with the seats swapped, and the win rate (a tie counts half) and the point
 margin come with 95% intervals over the deals. Opponents: RandomBot,
 HeuristicBot, any object with `.step(state)`, and the exploiter, a local
-best response to the policy itself (trainer.exploiter), whose margin is a
+best response to the policy itself (agents.exploiter), whose margin is a
 lower bound on the policy's exploitability.
 """
 import argparse
 import json
-import math
 import sys
 
 import numpy as np
 import torch
 
-from engine.bots import CautiousBot, HeuristicBot, RandomBot
-from engine.match import wilson_interval
-from trainer.exact import POKER_GAMES, exploitability
-from trainer.policy import AveragePolicy, Policy, policy_from_checkpoint, policy_probs
+from agents.exact import POKER_GAMES, exploitability
+from agents.matches import (OPPONENTS, SEARCH_STATS, _as_policy, agent_from_spec, duplicate_match,  # noqa: F401 (re-exported)
+                            make_opponent, match_summary, mean_ci, parallel_match, play_deals)
+from agents.policy import AveragePolicy, Policy, policy_from_checkpoint, policy_probs
 
-OPPONENTS = ("random", "heuristic", "cautious", "exploiter")
 DEFAULT_OPPONENTS = ("random", "heuristic")
 
 
@@ -67,292 +65,6 @@ def openspiel_exploitability(game_name, net):
 
 
 # --------------------------------------------------------------------------
-# Lost Cities: duplicate-deal matches
-
-def _as_policy(agent, seed=0, greedy=False):
-    """A trainer.policy.Policy from a Policy, a strategy net or a tabular
-    average; a player that needs the state (`.step(state)`, e.g. the search
-    player) is kept as it is."""
-    if isinstance(agent, Policy) or (callable(getattr(agent, "step", None)) and
-                                     not isinstance(agent, torch.nn.Module)):
-        return agent
-    return AveragePolicy(agent, greedy=greedy, seed=seed)
-
-
-def make_opponent(kind, game, agent, seed=0, worlds=16):
-    """An opponent bot by name: "random", "heuristic", "cautious" (a second
-    rule-based bot that training never uses, engine.bots.CautiousBot), or "exploiter" (a local
-    best response to `agent`, trainer.exploiter). Any other object with
-    `.step(state)` is used as it is."""
-    if not isinstance(kind, str):
-        if not callable(getattr(kind, "step", None)):
-            raise ValueError(f"an opponent needs a .step(state) method, got {kind!r}")
-        return kind
-    if kind == "exploiter":
-        from trainer.exploiter import LocalBestResponse
-        if not isinstance(agent, Policy):
-            raise ValueError("the exploiter searches against a policy's probabilities; "
-                             f"{getattr(agent, 'name', type(agent).__name__)} has none")
-        return LocalBestResponse(game, agent, worlds=worlds, seed=seed)
-    if kind == "random":
-        return RandomBot(seed)
-    if kind == "heuristic":
-        return HeuristicBot(game)
-    if kind == "cautious":
-        return CautiousBot(game)
-    raise ValueError(f"unknown opponent {kind!r}; known: {', '.join(OPPONENTS)}")
-
-
-def mean_ci(x, lo=-math.inf, hi=math.inf):
-    """(mean, low, high): a 95% normal interval for the mean of the
-    independent values x, clipped to [lo, hi]."""
-    x = np.asarray(x, dtype=np.float64)
-    m = float(x.mean())
-    half = 1.96 * float(x.std(ddof=1)) / math.sqrt(len(x)) if len(x) > 1 else math.inf
-    return m, max(lo, m - half), min(hi, m + half)
-
-
-def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=False, record=None):
-    """Play `agent` (a Policy, or a strategy net) against `opponent` on
-    duplicate deals: deal d (dealt from seed + d) is played twice, with the
-    agent in seat 0 and then in seat 1, so most of the luck of the deal
-    cancels. `games` is rounded up to an even number. All games advance
-    together: the agent's decisions across games are one batched forward per
-    step; the opponent moves game by game through `.step(state)`.
-
-    Win rate (a tie counts half) and point margin are from the agent's seat.
-    Their 95% intervals treat each deal's pair of games as one independent
-    unit. Returns {"games", "deals", "win_rate", "win_rate_lo", "win_rate_hi",
-    "margin", "margin_lo", "margin_hi", "wins", "ties", "losses", "capped",
-    "margin_by_seat"}; "capped" counts games ended by the turn cap.
-
-    `record`, a list of lists, records the first len(record) games:
-    record[g] gets (player, action, probs) for every move of game g, probs
-    the agent's probabilities at its decisions (None at the opponent's);
-    trainer.replay.save_match_games writes them as replays.
-    parallel_match plays the same deals in several processes."""
-    if games < 1:
-        raise ValueError("a match needs at least one game")
-    agent = _as_policy(agent, seed)
-    deals = (games + 1) // 2
-    bar = _match_bar(progress, 2 * deals, agent, opponent)
-    diffs, capped = play_deals(game, agent, opponent, range(deals), seed=seed, worlds=worlds, bar=bar,
-                               record=record)
-    if bar is not None:
-        bar.close()
-    return match_summary(diffs, capped)
-
-
-def _match_bar(progress, total, agent, opponent):
-    if not progress:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    name = opponent if isinstance(opponent, str) else type(opponent).__name__
-    return tqdm(total=total, desc=f"{getattr(agent, 'name', 'agent')} vs {name}", leave=False)
-
-
-def play_deals(game, agent, opponent, deal_ids, seed=0, worlds=16, bar=None, record=None):
-    """Play deals `deal_ids` (deal d dealt from seed + d) twice each, the
-    agent in seat 0 then in seat 1. Returns (diffs, capped): diffs[2i + s] is
-    the agent's final score difference in deal_ids[i] from seat s, capped the
-    number of games the turn cap ended. `agent` is a Policy or a player with
-    `.step(state)`; `record` as in duplicate_match, over these games."""
-    agent = _as_policy(agent, seed)
-    deal_ids = [int(d) for d in deal_ids]
-    n = 2 * len(deal_ids)
-    states = [game.new_initial_state(seed=seed + deal_ids[g // 2]) for g in range(n)]
-    seats = np.array([g % 2 for g in range(n)])
-    if isinstance(opponent, str) and opponent == "random":
-        # both games of a deal face the same random stream
-        bots = [RandomBot(seed * 1000003 + deal_ids[g // 2]) for g in range(n)]
-    else:
-        bot = make_opponent(opponent, game, agent, seed=seed, worlds=worlds)
-        bots = [bot] * n
-    active = list(range(n))
-    while active:
-        # opponents move until each game waits on the agent (or ends)
-        waiting = []
-        for g in active:
-            s = states[g]
-            while not s.is_terminal() and s.current_player() != seats[g]:
-                a = int(bots[g].step(s))
-                if record is not None and g < len(record):
-                    record[g].append((int(seats[g]) ^ 1, a, None))
-                s.apply_action(a)
-            if not s.is_terminal():
-                waiting.append(g)
-        if bar is not None:
-            bar.update(len(active) - len(waiting))
-        active = waiting
-        if not active:
-            break
-        if not isinstance(agent, Policy):             # a player that searches from the state
-            for g in active:
-                a = int(agent.step(states[g]))
-                if record is not None and g < len(record):
-                    from trainer.replay import decision_probs
-                    record[g].append((int(seats[g]), a, decision_probs(agent, states[g], a)))
-                states[g].apply_action(a)
-            continue
-        info = np.stack([states[g].information_state_tensor(seats[g]) for g in active])
-        mask = np.stack([states[g].legal_actions_mask() for g in active])
-        actions = agent.actions(info, mask, seats[active])
-        rows = [i for i, g in enumerate(active) if record is not None and g < len(record)]
-        if rows:     # the probabilities behind the recorded games' moves (no RNG is used)
-            for i, p in zip(rows, agent.probs(info[rows], mask[rows], seats[active][rows])):
-                record[active[i]].append((int(seats[active[i]]), int(actions[i]), p))
-        for g, a in zip(active, actions):
-            states[g].apply_action(int(a))
-    diffs = np.array([states[g].returns()[seats[g]] for g in range(n)], dtype=np.float64)
-    capped = sum(bool(getattr(s, "capped", lambda: False)()) for s in states)
-    return diffs, int(capped)
-
-
-def match_summary(diffs, capped=0):
-    """duplicate_match's statistics of diffs (the agent's final score
-    differences, deal by deal, seat 0 then seat 1)."""
-    diffs = np.asarray(diffs, dtype=np.float64)
-    n = len(diffs)
-    if n < 2 or n % 2:
-        raise ValueError(f"a duplicate match has an even number of games, at least 2, got {n}")
-    deals = n // 2
-    seats = np.arange(n) % 2
-    points = np.where(diffs > 0, 1.0, np.where(diffs == 0, 0.5, 0.0))
-    win, win_lo, win_hi = mean_ci(points.reshape(deals, 2).mean(axis=1), 0.0, 1.0)
-    # the pairs' interval collapses when every game ends alike (0 or 100%):
-    # never report one narrower than the games' Wilson interval
-    w_lo, w_hi = wilson_interval(float(points.sum()), n)
-    win_lo, win_hi = max(0.0, min(win_lo, w_lo)), min(1.0, max(win_hi, w_hi))
-    margin, margin_lo, margin_hi = mean_ci(diffs.reshape(deals, 2).mean(axis=1))
-    return {"games": n, "deals": deals, "win_rate": win, "win_rate_lo": win_lo, "win_rate_hi": win_hi,
-            "margin": margin, "margin_lo": margin_lo, "margin_hi": margin_hi,
-            "wins": int((diffs > 0).sum()), "ties": int((diffs == 0).sum()), "losses": int((diffs < 0).sum()),
-            "capped": int(capped), "margin_by_seat": [float(diffs[seats == p].mean()) for p in (0, 1)]}
-
-
-# --------------------------------------------------------------------------
-# The same matches in several processes
-
-SEARCH_STATS = ("decisions", "seconds", "cpu_seconds", "worlds_played")
-
-
-def agent_from_spec(spec):
-    """(game, policy or None, agent) from a picklable description, so that
-    worker processes can rebuild the agent:
-        {"checkpoint": PATH, "policy": KIND, "seed": S, "search": SETTINGS or None}
-            a checkpoint's read-out (trainer.policy), or the search player
-            with it as its blueprint (SETTINGS: SearchPlayer's keywords);
-        {"game": {"name": ..., **load_game keywords}, "search": SETTINGS}
-            the search player without a net."""
-    settings = spec.get("search")
-    if "checkpoint" in spec:
-        from trainer.checkpoint import game_of, load_checkpoint
-        ckpt = load_checkpoint(spec["checkpoint"])
-        game = game_of(ckpt)
-        policy = policy_from_checkpoint(ckpt, spec["policy"], seed=spec.get("seed", 0))
-        if settings is None:
-            return game, policy, policy
-        from trainer.search import SearchPlayer
-        return game, policy, SearchPlayer(game, blueprint=policy, **settings)
-    if "game" in spec and settings is not None:
-        import engine
-        from trainer.search import SearchPlayer
-        kwargs = dict(spec["game"])
-        game = engine.load_game(kwargs.pop("name"), **kwargs)
-        return game, None, SearchPlayer(game, **settings)
-    raise ValueError(f"an agent spec names a checkpoint, or a game and search settings; got {spec!r}")
-
-
-_WORKER = {}
-
-
-def _match_worker_init(spec):
-    torch.set_num_threads(1)
-    _WORKER["game"], _, _WORKER["agent"] = agent_from_spec(spec)
-
-
-def _match_worker_play(opponent, lo, hi, seed, worlds, n_record):
-    game, agent = _WORKER["game"], _WORKER["agent"]
-    if isinstance(agent, Policy):      # a sampled read-out: each chunk its own stream, not each process the same
-        agent.rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, lo, 0xC4A2])
-    before = {k: getattr(agent, k, 0) for k in SEARCH_STATS}
-    record = [[] for _ in range(n_record)]
-    diffs, capped = play_deals(game, agent, opponent, range(lo, hi), seed=seed, worlds=worlds, record=record)
-    stats = {k: getattr(agent, k, 0) - before[k] for k in SEARCH_STATS}
-    return diffs, capped, record, stats
-
-
-def parallel_match(spec, opponent, games, seed=0, worlds=16, jobs=2, progress=False, record=None, agent=None):
-    """duplicate_match over `jobs` worker processes: the deals are split into
-    chunks, and each process rebuilds the agent from `spec` (agent_from_spec)
-    and plays whole chunks, so each deal is played exactly as duplicate_match
-    would play it. The statistics are computed over all deals at the end.
-    With a deterministic agent and opponent (a search player's worlds
-    depend only on its seed and what it sees) the result equals
-    duplicate_match's. `opponent` is a name or a picklable bot. `agent`, a
-    local copy of the search player, gets the workers' decision counts and
-    times (for ms_per_decision). A worker process that dies fails the match
-    with an error that names the deals; no partial result is returned."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    if games < 1:
-        raise ValueError("a match needs at least one game")
-    if jobs < 1:
-        raise ValueError(f"jobs must be at least 1, got {jobs}")
-    deals = (games + 1) // 2
-    size = max(1, math.ceil(deals / (4 * jobs)))
-    chunks = [(lo, min(deals, lo + size)) for lo in range(0, deals, size)]
-    diffs = np.zeros(2 * deals)
-    bar = _match_bar(progress, 2 * deals, agent, opponent)
-    ctx = multiprocessing.get_context("spawn")
-    try:
-        with ProcessPoolExecutor(min(jobs, len(chunks)), mp_context=ctx, initializer=_match_worker_init,
-                                 initargs=(spec,)) as ex:
-            futures = {}
-            for lo, hi in chunks:
-                n_record = max(0, min(len(record or ()) - 2 * lo, 2 * (hi - lo)))
-                futures[ex.submit(_match_worker_play, opponent, lo, hi, seed, worlds, n_record)] = (lo, hi)
-            try:
-                capped = _collect(futures, diffs, record, agent, bar, seed, opponent)
-            except BaseException:
-                ex.shutdown(wait=False, cancel_futures=True)    # no new chunks; the running ones end
-                raise
-    finally:
-        if bar is not None:
-            bar.close()
-    return match_summary(diffs, capped)
-
-
-def _collect(futures, diffs, record, agent, bar, seed, opponent):
-    """Fill diffs (and record, agent's search counters, bar) from the chunks
-    as they finish; returns the number of capped games."""
-    from concurrent.futures import as_completed
-    from concurrent.futures.process import BrokenProcessPool
-    capped = 0
-    for f in as_completed(futures):
-        lo, hi = futures[f]
-        try:
-            d, c, rec, stats = f.result()
-        except BrokenProcessPool as e:
-            raise RuntimeError(f"an evaluation worker process died before deals {seed + lo}..{seed + hi - 1} "
-                               f"against {opponent} were finished: {e}; no result is reported") from None
-        diffs[2 * lo:2 * hi] = d
-        capped += c
-        for i, moves in enumerate(rec):
-            record[2 * lo + i].extend(moves)
-        if agent is not None:
-            for k, v in stats.items():
-                if hasattr(agent, k):
-                    setattr(agent, k, getattr(agent, k) + v)
-        if bar is not None:
-            bar.update(2 * (hi - lo))
-    return capped
-
-
-# --------------------------------------------------------------------------
 # Dispatch, table, CLI
 
 def _pyspiel_available():
@@ -366,7 +78,7 @@ def _pyspiel_available():
 def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, openspiel=True,
              exploiter_games=None, worlds=16, progress=False, record=None, jobs=1, spec=None):
     """All metrics of a policy on its game, as a flat dict. `agent` is a
-    trainer.policy.Policy, a strategy net, or a tabular average.
+    agents.policy.Policy, a strategy net, or a tabular average.
 
     Poker: "exploitability", "nash_conv" (our best response) and, if
     `openspiel` and pyspiel imports, "openspiel_exploitability" and
@@ -470,7 +182,7 @@ def _jsonable(v):
 
 def build_parser():
     ap = argparse.ArgumentParser(
-        prog="python -m trainer.evaluate",
+        prog="python -m agents.evaluate",
         description="Evaluate a read-out of a Deep CFR checkpoint: exact exploitability for poker; "
                     "duplicate-deal matches with 95% intervals for Lost Cities.")
     ap.add_argument("checkpoint", nargs="?", help="checkpoint file or run directory (its latest checkpoint)")
@@ -493,7 +205,7 @@ def build_parser():
     ap.add_argument("--search", nargs="?", const="", default=None, metavar="SETTINGS",
                     help="Lost Cities: evaluate the search player with this checkpoint's policy as its "
                          "blueprint; SETTINGS (optional) as worlds=640,topk=4,playout=heuristic (the defaults), "
-                         "playout=blueprint|mixed,depth=4, time=1000 (ms per decision); trainer/search.py")
+                         "playout=blueprint|mixed,depth=4, time=1000 (ms per decision); agents/search.py")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=1,
                     help="Lost Cities: play the matches in this many processes, one thread each "
@@ -504,7 +216,7 @@ def build_parser():
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ap.add_argument("--save-games", type=int, default=0, metavar="N",
                     help="Lost Cities: save the first N games against each opponent as replays "
-                         "(trainer/replay.py; default 0)")
+                         "(agents/replay.py; default 0)")
     ap.add_argument("--save-dir", default="replays", help="where --save-games writes (default ./replays)")
     return ap
 
@@ -544,7 +256,7 @@ def main(argv=None):
     except ValueError as e:
         ap.error(str(e))
 
-    from trainer.checkpoint import game_of, load_checkpoint
+    from agents.checkpoint import game_of, load_checkpoint
     try:
         ckpt = load_checkpoint(args.checkpoint)
     except (FileNotFoundError, ValueError) as e:
@@ -567,7 +279,7 @@ def main(argv=None):
     agent = policy
     settings = None
     if args.search is not None:
-        from trainer.search import SearchPlayer, parse_search_spec, with_blueprint_defaults
+        from agents.searcher import SearchPlayer, parse_search_spec, with_blueprint_defaults
         try:
             settings = parse_search_spec(args.search)
             settings.pop("policy", None)
@@ -585,7 +297,7 @@ def main(argv=None):
                        openspiel=not args.no_openspiel, exploiter_games=args.exploiter_games,
                        worlds=args.worlds, progress=args.progress, record=record, jobs=args.jobs, spec=spec)
     if record:
-        from trainer.replay import save_match_games
+        from agents.replay import save_match_games
         try:
             saved = [p for o, games in record.items() for p in save_match_games(
                 game, games, args.seed, args.save_dir, agent.name, o, policy=policy.name,

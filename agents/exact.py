@@ -1,14 +1,14 @@
 """Exact exploitability of a policy on Kuhn and Leduc poker, from our own
 best response over the whole game tree (every deal, every betting sequence).
 
-Used by trainer.evaluate (the judge of poker runs) and by trainer.sdcfr (whose
+Used by agents.evaluate (the judge of poker runs) and by agents.sdcfr (whose
 exact average is kept over the same list of info states). It imports neither.
 """
 import itertools
 
 import numpy as np
 
-from trainer.policy import policy_probs
+from agents.probs import policy_probs
 
 POKER_GAMES = ("kuhn_poker", "leduc_poker")
 # Cards in the deck of each poker game (deals are ordered tuples of distinct cards).

@@ -1,6 +1,6 @@
 """Play Lost Cities against the agent in a terminal (plain text, 80 columns).
 
-    python -m trainer.play [OPPONENT] [--seat 0|1] [--seed S] [--policy KIND]
+    python -m agents.play [OPPONENT] [--seat 0|1] [--seed S] [--policy KIND]
                            [--max-turns N] [--replay-dir DIR]
 
 OPPONENT is one of
@@ -8,7 +8,7 @@ OPPONENT is one of
     random           uniformly random legal moves
     RUN              a run directory or checkpoint file: its trained policy
                      (--policy picks the read-out, default average)
-    search:SPEC      trainer.search's player: SPEC is RUN or heuristic or
+    search:SPEC      agents.search's player: SPEC is RUN or heuristic or
                      random, then settings, e.g. search:runs/x,worlds=256
                      (default 640 worlds of heuristic playouts; with a run,
                      its 4 most likely moves as the candidates)
@@ -26,8 +26,8 @@ A move you cannot make is refused with a one-line reason and nothing
 changes. When you have one legal move only (drawing from the deck while
 every pile is empty or blocked), it is played for you.
 
-Every game is saved as a replay (trainer.replay), move by move, also when
-you quit; `python -m trainer.replay FILE --html OUT.html` draws it.
+Every game is saved as a replay (agents.replay), move by move, also when
+you quit; `python -m agents.replay FILE --html OUT.html` draws it.
 """
 import argparse
 import os
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import engine
 from engine._lost_cities import COLOUR_LETTERS
-from trainer.replay import ReplayWriter, decision_probs, expedition_scores, replay_path
+from agents.replay import ReplayWriter, decision_probs, expedition_scores, replay_path
 
 WIDTH = 78
 DEFAULT_MAX_TURNS = 200
@@ -63,7 +63,7 @@ class Agent:
         self.policy = policy
         self.checkpoint = checkpoint
         self.iteration = iteration
-        self.is_policy = is_policy    # a trainer.policy.Policy (imported only when one is used)
+        self.is_policy = is_policy    # an agents.policy.Policy (imported only when one is used)
 
     def decide(self, state):
         legal = state.legal_actions()
@@ -75,7 +75,7 @@ class Agent:
             return a, {a: 1.0}
         if self.is_policy:
             # the same draw as bot.step, with its probabilities kept for the replay
-            from trainer.policy import sample_actions
+            from agents.policy import sample_actions
             p = state.current_player()
             probs = bot.probs(state.information_state_tensor(p)[None], state.legal_actions_mask()[None], [p])
             a = int(sample_actions(probs, bot.rng, bot.greedy)[0])
@@ -94,7 +94,7 @@ class Agent:
 
 
 def _run_game(path):
-    from trainer.checkpoint import game_of, load_checkpoint
+    from agents.checkpoint import game_of, load_checkpoint
     try:
         ckpt = load_checkpoint(path)
         return game_of(ckpt)
@@ -104,7 +104,7 @@ def _run_game(path):
 
 def _check_lost_cities(game, what):
     if game.name != "lost_cities":
-        raise SetupError(f"{what} plays {game.name}; trainer.play plays lost_cities")
+        raise SetupError(f"{what} plays {game.name}; agents.play plays lost_cities")
 
 
 def make_agent(opponent, policy="average", max_turns=None, seed=0):
@@ -137,9 +137,9 @@ def make_agent(opponent, policy="average", max_turns=None, seed=0):
             game = _run_game(source)
             _check_lost_cities(game, source)
         try:
-            from trainer.search import make_search_player
+            from agents.searcher import make_search_player
         except ImportError as e:
-            raise SetupError(f"the search player is not available here (trainer.search: {e})") from None
+            raise SetupError(f"the search player is not available here (agents.search: {e})") from None
         try:
             player = make_search_player(spec, game)
         except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
@@ -154,7 +154,7 @@ def make_agent(opponent, policy="average", max_turns=None, seed=0):
     no_cap_option("a run")
     import torch
     torch.set_num_threads(1)
-    from trainer.policy import load_policy
+    from agents.policy import load_policy
     try:
         bot = load_policy(opponent, kind=policy, seed=seed)
     except (FileNotFoundError, ValueError, OSError, RuntimeError) as e:
@@ -374,7 +374,7 @@ def play(agent, human_seat, seed, replay_dir, inp=sys.stdin, out=sys.stdout):
     names[human_seat], names[1 - human_seat] = "you", agent.name
     path = replay_path(replay_dir, agent.label, f"seed{seed}")
     writer = ReplayWriter(path, state, names, agent_seat=1 - human_seat, seed=seed, policy=agent.policy,
-                          checkpoint=agent.checkpoint, iteration=agent.iteration, source="trainer.play")
+                          checkpoint=agent.checkpoint, iteration=agent.iteration, source="agents.play")
     say = lambda text="": print(text, file=out, flush=True)   # noqa: E731
     short = _clip(agent.name, 28)
     cap = game.params["max_turns"]
@@ -443,12 +443,12 @@ def play(agent, human_seat, seed, replay_dir, inp=sys.stdin, out=sys.stdout):
         margin = f" by {abs(you - them)}" if you != them else ""
         say(f"Final scores: you {you}, {short} {them}. {verdict}{margin}.")
     say(f"Replay saved: {path}")
-    say("  (draw it: python -m trainer.replay FILE --html OUT.html)")
+    say("  (draw it: python -m agents.replay FILE --html OUT.html)")
     return state, path, abandoned
 
 
 def build_parser():
-    ap = argparse.ArgumentParser(prog="python -m trainer.play", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m agents.play", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("opponent", nargs="?", default="heuristic",
                     help="heuristic (default), random, a run directory or checkpoint, or search:SPEC")

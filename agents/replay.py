@@ -1,8 +1,8 @@
-"""Lost Cities replays: written by trainer.play and `trainer.evaluate
+"""Lost Cities replays: written by agents.play and `agents.evaluate
 --save-games`, checked move by move through the engine, drawn as HTML.
 
-    python -m trainer.replay FILE.jsonl                    # check it, print a summary
-    python -m trainer.replay FILE.jsonl --html OUT.html    # a page that steps through it
+    python -m agents.replay FILE.jsonl                    # check it, print a summary
+    python -m agents.replay FILE.jsonl --html OUT.html    # a page that steps through it
 
 A replay is JSON lines, one object a line, each with a "type":
 
@@ -120,7 +120,7 @@ class ReplayWriter:
     the end line from `finish`."""
 
     def __init__(self, path, state, players, *, agent_seat=None, seed=None, policy=None,
-                 checkpoint=None, iteration=None, source="trainer.play"):
+                 checkpoint=None, iteration=None, source="agents.play"):
         game = state.game
         if game.name != "lost_cities":
             raise ValueError(f"replays are for lost_cities, not {game.name}")
@@ -164,7 +164,7 @@ class ReplayWriter:
 
 def save_match_games(game, records, seed, directory, agent_name, opponent_name, *, policy=None,
                      checkpoint=None, iteration=None):
-    """Write the games trainer.evaluate.duplicate_match recorded: records[g]
+    """Write the games agents.evaluate.duplicate_match recorded: records[g]
     is game g's list of (player, action, probs or None); game g was dealt
     from seed + g // 2 with the agent in seat g % 2. Every move is checked
     as it is replayed. Returns the paths written."""
@@ -179,7 +179,7 @@ def save_match_games(game, records, seed, directory, agent_name, opponent_name, 
         players[seat], players[1 - seat] = agent_name, opponent_name
         path = replay_path(directory, agent_name, "vs", opponent_name, f"game{g:04d}", f"seed{deal_seed}")
         w = ReplayWriter(path, state, players, agent_seat=seat, seed=deal_seed, policy=policy,
-                         checkpoint=checkpoint, iteration=iteration, source="trainer.evaluate")
+                         checkpoint=checkpoint, iteration=iteration, source="agents.evaluate")
         try:
             for player, action, probs in moves:
                 if player != state.current_player():
@@ -533,9 +533,9 @@ def extract_page_data(page):
 # CLI
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m trainer.replay",
+    ap = argparse.ArgumentParser(prog="python -m agents.replay",
                                  description="Check a Lost Cities replay (JSON lines) and draw it as HTML.")
-    ap.add_argument("replay", help="a .jsonl replay from trainer.play or trainer.evaluate --save-games")
+    ap.add_argument("replay", help="a .jsonl replay from agents.play or agents.evaluate --save-games")
     ap.add_argument("--html", metavar="OUT.html", help="write a self-contained page that steps through the game")
     args = ap.parse_args(argv)
     try:

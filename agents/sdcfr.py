@@ -19,8 +19,8 @@ net (`train.average: network`).
 import numpy as np
 import torch
 
-from trainer.exact import _tree
-from trainer.policy import regret_matching
+from agents.exact import _tree
+from agents.probs import regret_matching
 
 
 class TabularAverage:

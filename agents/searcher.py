@@ -3,8 +3,8 @@ cannot see, for Lost Cities.
 
     player = SearchPlayer(game, blueprint=None, worlds=640)     # heuristic playouts, no net
     action = player.step(state)
-    python -m trainer.search --worlds 640 --games 400           # against HeuristicBot, duplicate deals
-    python -m trainer.evaluate RUN --search worlds=640,topk=4   # with a trained blueprint
+    python -m agents.search --worlds 640 --games 400           # against HeuristicBot, duplicate deals
+    python -m agents.evaluate RUN --search worlds=640,topk=4   # with a trained blueprint
     ... --jobs N                                                # either one, deals split over N processes
 
 Each decision draws its worlds from a stream seeded by the player's seed and
@@ -37,7 +37,7 @@ order), "endgame:D" the whole deal once the deck holds D cards or fewer,
 With an `opponent` model (a policy), each playout first finishes the
 player's turn with the playout policy and lets that model play the
 opponent's next turn: a best response to the model one turn deep, which is
-what the exploiter (trainer.exploiter) is.
+what the exploiter (agents.exploiter) is.
 How the worlds are spent (`schedule`):
   race (the default with heuristic playouts and no opponent model): every
      candidate still in the race is played in the same worlds, 16 (`chunk`)
@@ -68,11 +68,8 @@ The player plays through the same interface as the bots (`.step(state)`),
 and `action_probs(state)` gives the share of worlds in which each candidate
 was best (the search's own confidence, for hints and replays).
 """
-import argparse
 import hashlib
-import json
 import math
-import sys
 import time
 
 import numpy as np
@@ -100,7 +97,7 @@ def with_blueprint_defaults(settings):
 
 class SearchPlayer:
     """Determinized search (see the module docstring). `blueprint` is a
-    trainer.policy.Policy or None; `topk` 0 searches every legal action."""
+    agents.policy.Policy or None; `topk` 0 searches every legal action."""
 
     def __init__(self, game, blueprint=None, worlds=DEFAULT_WORLDS, topk=0, playout="heuristic", depth=4,
                  time_limit_s=None, chunk=16, halving=True, opponent=None, seed=0, schedule=None,
@@ -353,7 +350,7 @@ class SearchPlayer:
     def _blueprint_actions(self, rows, player):
         """The blueprint's actions for `player` to act in batch rows `rows`,
         one forward, sampled (unless greedy) from the decision's stream."""
-        from trainer.policy import sample_actions
+        from agents.policy import sample_actions
         m = len(rows)
         self.batch.encode(rows, player, self.info, self.mask)
         probs = self.blueprint.probs(self.info[:m], self.mask[:m], np.full(m, player))
@@ -444,72 +441,6 @@ def make_search_player(spec, game=None):
         kwargs.setdefault("playout", source)
         game = game or engine.load_game("lost_cities", max_turns=200)
         return SearchPlayer(game, **kwargs)
-    from trainer.policy import load_policy
+    from agents.policy import load_policy
     blueprint = load_policy(source, kind=kind, seed=kwargs.get("seed", 0))
     return SearchPlayer(blueprint.game, blueprint=blueprint, **with_blueprint_defaults(kwargs))
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(
-        prog="python -m trainer.search",
-        description="The search player without a net (heuristic or random playouts) against HeuristicBot "
-                    "on duplicate deals: win rate and margin with 95% intervals, and time per decision.")
-    ap.add_argument("--worlds", type=int, nargs="+", default=[64],
-                    help="worlds per decision (several: a table; default 64, a quick look: "
-                         f"the player's own default is {DEFAULT_WORLDS})")
-    ap.add_argument("--playout", choices=["heuristic", "random"], default="heuristic")
-    ap.add_argument("--no-halving", action="store_true", help="spend every world on every candidate")
-    ap.add_argument("--schedule", choices=SCHEDULES, default=None,
-                    help="how the worlds are spent (default: race with heuristic playouts, else halving)")
-    ap.add_argument("--z", type=float, default=3.0, help="race: standard errors before a candidate leaves")
-    ap.add_argument("--eps", type=float, default=0.1, help="race: points of indifference")
-    ap.add_argument("--time-ms", type=float, default=None, help="time budget per decision")
-    ap.add_argument("--games", type=int, default=400, help="games per point, in duplicate pairs (default 400)")
-    ap.add_argument("--opponent", choices=["heuristic", "random"], default="heuristic")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="play the games in this many processes, one thread each (default 1)")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    if args.games < 2 or min(args.worlds) < 1:
-        ap.error("--games must be >= 2 and --worlds >= 1")
-    if args.jobs < 1:
-        ap.error("--jobs must be at least 1")
-    import engine
-    import torch
-    from trainer.evaluate import duplicate_match, parallel_match
-    torch.set_num_threads(1)
-    game_spec = {"name": "lost_cities", "max_turns": 200}
-    game = engine.load_game(**game_spec)
-    rows = []
-    for k in args.worlds:
-        settings = dict(worlds=k, playout=args.playout, seed=args.seed, halving=not args.no_halving,
-                        time_limit_s=args.time_ms / 1000.0 if args.time_ms else None,
-                        schedule=args.schedule, z=args.z, eps=args.eps)
-        player = SearchPlayer(game, **settings)
-        t0 = time.perf_counter()
-        if args.jobs > 1:
-            r = parallel_match({"game": game_spec, "search": settings}, args.opponent, args.games,
-                               seed=args.seed, jobs=args.jobs, agent=player)
-        else:
-            r = duplicate_match(game, player, args.opponent, args.games, seed=args.seed)
-        row = {"worlds": k, "games": r["games"], "win_rate": r["win_rate"], "win_rate_lo": r["win_rate_lo"],
-               "win_rate_hi": r["win_rate_hi"], "margin": r["margin"], "margin_lo": r["margin_lo"],
-               "margin_hi": r["margin_hi"], "ms_per_decision": player.ms_per_decision(),
-               "cpu_ms_per_decision": player.ms_per_decision(cpu=True),
-               "decisions": player.decisions, "seconds": time.perf_counter() - t0,
-               "player": player.name, "worlds_per_decision": player.worlds_played / max(player.decisions, 1)}
-        rows.append(row)
-        if not args.json:
-            print(f"{player.name} worlds {k:>4}: {r['win_rate']:.1%} [{r['win_rate_lo']:.1%}, {r['win_rate_hi']:.1%}] wins, "
-                  f"margin {r['margin']:+.1f} [{r['margin_lo']:+.1f}, {r['margin_hi']:+.1f}] "
-                  f"vs {args.opponent} over {r['games']} games; {row['ms_per_decision']:.2f} ms per decision "
-                  f"({row['cpu_ms_per_decision']:.2f} ms of CPU, {row['worlds_per_decision']:.0f} worlds)",
-                  flush=True)
-    if args.json:
-        print(json.dumps(rows))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,10 +3,10 @@
 (a) rows/s through the service at saturation (a batcher subprocess, clients
     keeping requests in flight), next to the same model's raw in-process
     batched forward at the same batch size, and their ratio;
-(b) p50 and p99 request latency at saturation and with one request in flight;
-(c) end-to-end Lost Cities traversal nodes/s (outcome sampling, default net)
-    for 1..N worker processes against one batcher, next to the recursive
-    batch-1 reference measured in the same run.
+(b) p50 and p99 request latency at saturation and with one request in flight.
+
+The end-to-end traversal rate (worker processes against one batcher) is
+`python -m benchmarks.end_to_end`.
 """
 import argparse
 import itertools
@@ -23,10 +23,6 @@ import torch
 import engine
 from batcher.client import BatcherClient, wait_for_batcher
 from batcher.networks import net_for_game
-from traverser.config import TraverserConfig
-from traverser.reference import ReferenceTraverser
-
-LC_CONFIG = dict(algorithm="outcome", epsilon=0.6, value_scale=0.01, value_clip=10.0)
 
 
 def free_port():
@@ -179,34 +175,6 @@ def raw_forward_rows_per_s(net, rows, batch, seconds, device, autocast="none"):
         return n * batch / (time.perf_counter() - t0)
 
 
-OS_FLAGS = ("--algorithm", "outcome", "--value-scale", "0.01", "--value-clip", "10")
-
-
-def start_workers(endpoint, n, traversals, groups, machines, threads=1, flags=OS_FLAGS):
-    """n `python -m traverser` worker processes against the batcher at endpoint."""
-    cmd = [sys.executable, "-m", "traverser", "--batcher", endpoint, "--game", "lost_cities", "--json",
-           "--traversals", str(traversals), "--groups", str(groups), "--machines", str(machines),
-           "--threads", str(threads), *flags]
-    return [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
-
-
-def wait_workers(procs):
-    """Total traversal nodes of finished workers (each prints one JSON stats line)."""
-    nodes = 0
-    for p in procs:
-        out, err = p.communicate(timeout=3600)
-        if p.returncode != 0:
-            raise RuntimeError(f"worker failed: {err[-2000:]}")
-        nodes += json.loads(out.strip().splitlines()[-1])["nodes"]
-    return nodes
-
-
-def end_to_end(endpoint, n_workers, traversals, groups, machines):
-    t0 = time.perf_counter()
-    nodes = wait_workers(start_workers(endpoint, n_workers, traversals, groups, machines))
-    return nodes / (time.perf_counter() - t0)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m batcher.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -216,12 +184,7 @@ def main(argv=None):
     ap.add_argument("--request-rows", type=int, default=256, help="rows per request in (a)")
     ap.add_argument("--in-flight", type=int, default=8, help="requests in flight in (a)")
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--workers", default="1,2", help="worker process counts for (c)")
-    ap.add_argument("--traversals", type=int, default=1024, help="traversals per worker in (c)")
-    ap.add_argument("--groups", type=int, default=4)
-    ap.add_argument("--machines", type=int, default=128)
     ap.add_argument("--torch-threads", type=int, default=1, help="batcher torch threads on CPU")
-    ap.add_argument("--reference-traversals", type=int, default=24, help="recursive batch-1 traversals in (c)")
     ap.add_argument("--max-batch", type=int, default=2048)
     ap.add_argument("--autocast", default="none", choices=["none", "bf16", "fp16"],
                     help="the batcher's forward precision (the raw forward in (a) uses the same)")
@@ -246,18 +209,6 @@ def main(argv=None):
         out["b_saturated_latency_us"] = {"p50": p50, "p99": p99}
         _, p50_1, p99_1, _ = saturate(endpoint, rows[:1], 1, args.seconds / 2)
         out["b_single_row_latency_us"] = {"p50": p50_1, "p99": p99_1}
-        ref_game_cfg = TraverserConfig(**LC_CONFIG)
-        nets = {0: net_for_game(game, tuple(args.hidden), seed=0), 1: net_for_game(game, tuple(args.hidden), seed=1)}
-        ref = ReferenceTraverser(game, ref_game_cfg, nets)
-        ids = np.arange(args.reference_traversals)
-        t0 = time.perf_counter()
-        ref.run(ids, ids % 2)
-        ref_rate = ref.counter["nodes"] / (time.perf_counter() - t0)
-        out["c_reference_batch1_nodes_per_s"] = ref_rate
-        out["c_end_to_end"] = {}
-        for n in [int(x) for x in args.workers.split(",")]:
-            rate = end_to_end(endpoint, n, args.traversals, args.groups, args.machines)
-            out["c_end_to_end"][str(n)] = {"nodes_per_s": rate, "ratio_vs_reference": rate / ref_rate}
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -270,9 +221,6 @@ def main(argv=None):
               f"ratio {out['a_ratio']:.2f}")
         print(f"(b) latency at saturation p50 {p50:,.0f} us p99 {p99:,.0f} us; one row p50 {p50_1:,.0f} us "
               f"p99 {p99_1:,.0f} us")
-        print(f"(c) reference batch 1: {ref_rate:,.0f} nodes/s")
-        for n, r in out["c_end_to_end"].items():
-            print(f"    {n} worker(s): {r['nodes_per_s']:,.0f} nodes/s = {r['ratio_vs_reference']:.1f}x reference")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 `python -m benchmarks.lc_ceiling [--oracles plain hand endgame:6 all] [--worlds 640] [--games 400]
                                  [--seed 777] [--jobs 2] [--json]`
 
-The no-net search player (trainer.search: heuristic playouts, raced) plays
+The no-net search player (agents.search: heuristic playouts, raced) plays
 HeuristicBot on duplicate deals, once as a player plays it and once per
 oracle, on the same deals (deal d dealt from seed + d). An oracle lets the
 search see cards that no player can see (SearchPlayer's `oracle`):
@@ -30,12 +30,12 @@ def oracle_setting(row):
 
 
 def ceiling_rows(oracles, worlds=640, games=400, seed=777, jobs=1, progress=None):
-    """One dict per oracle: the duplicate match's statistics (trainer.evaluate
+    """One dict per oracle: the duplicate match's statistics (agents.evaluate
     duplicate_match) and the search's time per decision."""
     import engine
     import torch
-    from trainer.evaluate import duplicate_match, parallel_match
-    from trainer.search import SearchPlayer
+    from agents.evaluate import duplicate_match, parallel_match
+    from agents.searcher import SearchPlayer
     torch.set_num_threads(1)
     game_spec = {"name": "lost_cities", "max_turns": 200}
     game = engine.load_game(**game_spec)
@@ -78,7 +78,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.games < 2 or args.worlds < 1 or args.jobs < 1:
         ap.error("--games must be >= 2, --worlds and --jobs >= 1")
-    from trainer.search import parse_oracle
+    from agents.searcher import parse_oracle
     for oracle in args.oracles:          # every row checked before hours of games
         try:
             parse_oracle(oracle_setting(oracle))

@@ -13,7 +13,7 @@ steps with the trainer's loss, and reports, on the decisions of
 --test-games other games:
   - agreement: how often the net's most likely legal move is the teacher's;
   - the greedy net against the heuristic and against random on duplicate
-    deals (--match-games games each; trainer.evaluate.duplicate_match).
+    deals (--match-games games each; agents.evaluate.duplicate_match).
 Both encodings see the same games, batches and seeds.
 """
 import argparse
@@ -27,9 +27,9 @@ import torch
 
 import engine
 from batcher.networks import net_for_game
-from trainer.evaluate import duplicate_match
+from agents.evaluate import duplicate_match
 from trainer.learn import strategy_loss, train_net
-from trainer.policy import AveragePolicy, policy_probs
+from agents.policy import AveragePolicy, policy_probs
 from trainer.symmetry import ColourAugment
 from trainer.warmstart import heuristic_rows
 

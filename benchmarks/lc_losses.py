@@ -2,11 +2,11 @@
 `python -m benchmarks.lc_losses AGENT [--opponent heuristic] [--deals 1000] [--seed 777]`
 
 AGENT is a run directory or checkpoint (its greedy average policy),
-"search:SPEC" (the search player, as `trainer.play search:SPEC`: a run
+"search:SPEC" (the search player, as `agents.play search:SPEC`: a run
 directory with optional settings, or "heuristic" for the search without a
 net), or a bot: "heuristic" or "cautious".
 
-Every deal is played twice with the seats swapped, as trainer.evaluate's
+Every deal is played twice with the seats swapped, as agents.evaluate's
 duplicate matches do (the same deals for the same --seed), and a third
 time as the mirror: the opponent bot against itself. The mirror's final
 score difference from a seat says how the deal treats that seat when both
@@ -30,14 +30,14 @@ BINS = (-np.inf, -40, -20, 0, 20, 40, np.inf)
 def load_agent(spec):
     """(player with .step(state), its game) for an AGENT argument."""
     if spec in ("heuristic", "cautious"):
-        from trainer.evaluate import make_opponent
+        from agents.evaluate import make_opponent
         game = engine.load_game("lost_cities", max_turns=200)
         return make_opponent(spec, game, None), game
     if spec.startswith("search:"):
-        from trainer.search import make_search_player
+        from agents.searcher import make_search_player
         player = make_search_player(spec[len("search:"):])
         return player, player.game
-    from trainer.policy import load_policy
+    from agents.policy import load_policy
     policy = load_policy(spec, kind="average-greedy")
     return policy, policy.game
 
@@ -46,7 +46,7 @@ def where_losses_lie(game, agent, opponent, deals, seed):
     """The report as a dict (module docstring); `diffs` and `mirror` are the
     agent's and the mirror's score differences, game 2i + s being deal i
     from seat s."""
-    from trainer.evaluate import make_opponent, play_deals
+    from agents.evaluate import make_opponent, play_deals
     ids = range(deals)
     mirror, _ = play_deals(game, make_opponent(opponent, game, None), opponent, ids, seed=seed)
     diffs, capped = play_deals(game, agent, opponent, ids, seed=seed)

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 import engine
-from trainer.evaluate import exploitability
-from trainer.sdcfr import TabularAverage
+from agents.evaluate import exploitability
+from agents.sdcfr import TabularAverage
 from traverser.config import TraverserConfig
 from traverser.local import LocalEvaluator, run_local
 

@@ -1,6 +1,6 @@
 """Many states of one game in one buffer, stepped together by nogil loops.
 
-Search and evaluation tools (the local best response of trainer.exploiter,
+Search and evaluation tools (the local best response of agents.exploiter,
 for one) hold hundreds of copies of a game: one per sampled world and
 candidate action. A `StateBatch` keeps them as raw state structs in one numpy
 buffer, and every per-state operation (copy, redeal the hidden cards, encode,

@@ -112,7 +112,8 @@ for line in open("/tmp/gpu_check_run/metrics.jsonl"):
     print({k: (round(m[k], 4) if isinstance(m[k], float) else m[k]) for k in keys})
 EOF
 
-has bench && step bench 120 "$PY" -m batcher.bench --device "$DEVICE" --json --seconds 4 --workers 1
+has bench && step bench 120 "$PY" -m batcher.bench --device "$DEVICE" --json --seconds 4
+has bench && step end_to_end 240 "$PY" -m benchmarks.end_to_end --device "$DEVICE" --json --workers 1
 if has ceiling; then
     for a in $(printf '%s\n' $ADV | awk '!seen[$0]++'); do      # once per answer dtype and shm setting
         for s in $(printf '%s\n' $SHM | awk '!seen[$0]++'); do

@@ -1,4 +1,4 @@
-"""trainer.evaluate (exploitability, matches, CLI) and trainer.plot."""
+"""agents.evaluate (exploitability, matches, CLI) and trainer.plot."""
 import json
 import os
 import subprocess
@@ -17,10 +17,10 @@ import engine  # noqa: E402
 from batcher.networks import net_for_game  # noqa: E402
 from engine.bots import HeuristicBot, play_game  # noqa: E402
 from engine.match import run_match  # noqa: E402
-from trainer.evaluate import (duplicate_match, evaluate, exploitability, format_table,  # noqa: E402
+from agents.evaluate import (duplicate_match, evaluate, exploitability, format_table,  # noqa: E402
                               openspiel_exploitability, policy_probs)
-from trainer.exploiter import LocalBestResponse  # noqa: E402
-from trainer.policy import (AveragePolicy, CurrentPolicy, load_policy, parse_kind,  # noqa: E402
+from agents.exploiter import LocalBestResponse  # noqa: E402
+from agents.policy import (AveragePolicy, CurrentPolicy, load_policy, parse_kind,  # noqa: E402
                             regret_matching)
 
 torch.set_num_threads(1)
@@ -168,7 +168,7 @@ def test_duplicate_match_reproducible_and_opponents():
     c1 = duplicate_match(game, AveragePolicy(net, greedy=True), "cautious", 40, seed=7)   # the unseen bot
     _check_counts(c1, 40)
     assert c1 != g1
-    from trainer.evaluate import _opponent_list
+    from agents.evaluate import _opponent_list
     assert _opponent_list("all") == ["random", "heuristic", "cautious", "exploiter"]
     assert _opponent_list("cautious,both") == ["cautious", "random", "heuristic"]
     with pytest.raises(ValueError, match="unknown opponent"):
@@ -455,13 +455,13 @@ def _save_kuhn_checkpoint(run_dir, uniform=True):
 def test_evaluate_cli(tmp_path):
     run = tmp_path / "run"
     _save_kuhn_checkpoint(run)
-    r = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(run)], cwd=ROOT, env=_env(),
+    r = subprocess.run([sys.executable, "-m", "agents.evaluate", str(run)], cwd=ROOT, env=_env(),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     line = next(l for l in r.stdout.splitlines() if l.startswith("exploitability"))
     assert float(line.split()[-1]) == pytest.approx(11 / 24, abs=1e-5)
 
-    from trainer.evaluate import main as eval_main
+    from agents.evaluate import main as eval_main
     import io
     import contextlib
     buf = io.StringIO()
@@ -476,7 +476,7 @@ def test_evaluate_cli(tmp_path):
 
 def test_evaluate_cli_missing_checkpoint(tmp_path):
     for target in (tmp_path / "nope.pt", tmp_path):  # missing file; run dir without checkpoints
-        r = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(target)], cwd=ROOT, env=_env(),
+        r = subprocess.run([sys.executable, "-m", "agents.evaluate", str(target)], cwd=ROOT, env=_env(),
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 2
         assert r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1
@@ -512,8 +512,8 @@ def test_parallel_match_plays_each_deal_as_one_process_does():
     whole deals: results, recorded games and the player's counters equal
     those of one process (its worlds depend only on its seed and what it
     sees), whatever the deals' split."""
-    from trainer.evaluate import parallel_match
-    from trainer.search import SearchPlayer
+    from agents.evaluate import parallel_match
+    from agents.searcher import SearchPlayer
     game = engine.load_game("lost_cities", **LC_SMALL)
     spec = {"game": {"name": "lost_cities", **LC_SMALL}, "search": {"worlds": 6, "seed": 4}}
     for opp, jobs in (("heuristic", 2), ("random", 3)):
@@ -532,7 +532,7 @@ def test_parallel_match_plays_each_deal_as_one_process_does():
 
 
 def test_parallel_match_fails_loudly_when_a_worker_dies():
-    from trainer.evaluate import parallel_match
+    from agents.evaluate import parallel_match
     spec = {"game": {"name": "lost_cities", **LC_SMALL}, "search": {"worlds": 2}}
     with pytest.raises(RuntimeError, match=r"worker process died before deals \d+\.\.\d+ .*no result is reported"):
         parallel_match(spec, _DiesInAWorker(after=5), 8, jobs=2)
@@ -540,11 +540,11 @@ def test_parallel_match_fails_loudly_when_a_worker_dies():
         parallel_match(spec, "heuristic", 8, jobs=0)
     # evaluate() with processes but nothing to rebuild the agent from refuses, rather than run serially
     game = engine.load_game("lost_cities", **LC_SMALL)
-    from trainer.search import SearchPlayer
+    from agents.searcher import SearchPlayer
     with pytest.raises(ValueError, match="jobs=2 needs `spec`"):
         evaluate(game, SearchPlayer(game, worlds=2), lc_games=4, opponents=("heuristic",), jobs=2)
     with pytest.raises(ValueError, match="names a checkpoint, or a game and search settings"):
-        from trainer.evaluate import agent_from_spec
+        from agents.evaluate import agent_from_spec
         agent_from_spec({"game": {"name": "lost_cities"}})
 
 
@@ -553,7 +553,7 @@ def test_parallel_match_of_a_sampled_read_out_is_reproducible(tmp_path):
     its own stream (seeded by the match's seed and the chunk), so the match
     does not depend on which process took which chunk."""
     from trainer.checkpoint import save_checkpoint
-    from trainer.evaluate import parallel_match
+    from agents.evaluate import parallel_match
     game = engine.load_game("lost_cities", **LC_SMALL)
     nets = {k: net_for_game(game, hidden=(8,), seed=i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
     path = save_checkpoint(tmp_path, 1, {"config": {"game": {"name": "lost_cities", "params": LC_SMALL}},

@@ -1,4 +1,4 @@
-"""trainer.play: whole games driven through stdin of the real process,
+"""agents.play: whole games driven through stdin of the real process,
 against the heuristic, the random bot, a real checkpoint and the search
 player; the move parser and the table on their own."""
 import os
@@ -16,8 +16,8 @@ sys.path.insert(0, str(ROOT))
 
 import engine  # noqa: E402
 from batcher.networks import net_for_game  # noqa: E402
-from trainer.play import WIDTH, parse_move, render_moves, render_table, why_illegal  # noqa: E402
-from trainer.replay import load_replay  # noqa: E402
+from agents.play import WIDTH, parse_move, render_moves, render_table, why_illegal  # noqa: E402
+from agents.replay import load_replay  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -32,7 +32,7 @@ def _env():
 
 def _play(tmp_path, args, stdin, timeout=120):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "trainer.play", *map(str, args),
+    return subprocess.run([sys.executable, "-m", "agents.play", *map(str, args),
                            "--replay-dir", str(tmp_path / "replays")],
                           input=stdin, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=timeout)
 
@@ -86,7 +86,7 @@ def test_whole_game_against_the_heuristic_with_bad_input(tmp_path):
     rep = _replay_of(out)
     assert rep["moves"][0]["action"] == chosen and rep["moves"][0]["player"] == 0
     assert rep["header"]["players"] == ["you", "heuristic"] and rep["header"]["seed"] == seed
-    assert rep["header"]["source"] == "trainer.play" and rep["header"]["agent_seat"] == 1
+    assert rep["header"]["source"] == "agents.play" and rep["header"]["agent_seat"] == 1
     # the game went to its end; the last lines give the scores and the replay
     final = rep["states"][-1]
     assert final.is_terminal() and rep["end"]["abandoned"] is False
@@ -146,7 +146,7 @@ def _save_lc_checkpoint(run_dir, params):
 
 
 def test_against_a_trained_run_with_the_hint(tmp_path):
-    from trainer.policy import load_policy
+    from agents.policy import load_policy
     params = dict(max_turns=60)
     run = tmp_path / "myrun"
     _save_lc_checkpoint(run, params)
@@ -194,7 +194,7 @@ def test_a_capped_game_says_so(tmp_path):
 
 def test_search_player(tmp_path):
     """The search player as the opponent, or a one-line error where
-    trainer.search cannot be imported."""
+    agents.search cannot be imported."""
     r = _play(tmp_path, ["search:heuristic,worlds=4", "--seed", 5], "?\n" + "1\n" * 6 + "q\n")
     assert r.returncode == 0, r.stderr
     rep = _replay_of(r.stdout)
@@ -204,8 +204,8 @@ def test_search_player(tmp_path):
     assert "the agent's probabilities for your position" in r.stdout
     assert max(len(x) for x in _lines(r.stdout) if not x.startswith("Replay saved: ")) <= 80
     blocked = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.modules['trainer.search'] = None; "
-         "from trainer.play import main; sys.exit(main(['search:heuristic']))"],
+        [sys.executable, "-c", "import sys; sys.modules['agents.search'] = None; "
+         "from agents.play import main; sys.exit(main(['search:heuristic']))"],
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60)
     assert blocked.returncode == 2 and "Traceback" not in blocked.stderr
     assert blocked.stderr.strip().splitlines() == [blocked.stderr.strip()]

@@ -1,4 +1,4 @@
-"""trainer.replay (writer, reader, HTML page) and trainer.evaluate's
+"""agents.replay (writer, reader, HTML page) and agents.evaluate's
 --save-games hook. Real engine games, real subprocesses, a real page."""
 import json
 import os
@@ -19,9 +19,9 @@ sys.path.insert(0, str(ROOT))
 import engine  # noqa: E402
 from batcher.networks import net_for_game  # noqa: E402
 from engine._lost_cities import LostCitiesState  # noqa: E402
-from trainer.evaluate import duplicate_match  # noqa: E402
-from trainer.policy import AveragePolicy  # noqa: E402
-from trainer.replay import (ReplayError, ReplayWriter, expedition_scores, extract_page_data,  # noqa: E402
+from agents.evaluate import duplicate_match  # noqa: E402
+from agents.policy import AveragePolicy  # noqa: E402
+from agents.replay import (ReplayError, ReplayWriter, expedition_scores, extract_page_data,  # noqa: E402
                             load_replay, render_html, replay_path, save_match_games)
 
 torch.set_num_threads(1)
@@ -222,7 +222,7 @@ def test_page_script_renders_every_position(tmp_path):
 # ---------------------------------------------------------------- bad files
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "trainer.replay", *map(str, args)], cwd=ROOT, env=_env(),
+    return subprocess.run([sys.executable, "-m", "agents.replay", *map(str, args)], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=60)
 
 
@@ -321,7 +321,7 @@ def test_a_file_cut_short_still_reads(tmp_path):
         load_replay(tmp_path / "empty.jsonl")
 
 
-# ---------------------------------------------------------------- trainer.evaluate --save-games
+# ---------------------------------------------------------------- agents.evaluate --save-games
 
 def test_duplicate_match_records_the_games_it_plays(tmp_path):
     game = engine.load_game("lost_cities", **LC_SMALL)
@@ -361,7 +361,7 @@ def test_duplicate_match_records_the_games_it_plays(tmp_path):
         r = load_replay(p)
         assert r["header"]["agent_seat"] == g % 2 and r["header"]["seed"] == 3
         assert r["header"]["players"][g % 2] == "average" and r["header"]["players"][1 - g % 2] == "random"
-        assert r["header"]["source"] == "trainer.evaluate"
+        assert r["header"]["source"] == "agents.evaluate"
         assert r["end"]["returns"][g % 2] == diffs[g]
         agent_moves = [m for m in r["moves"] if m["player"] == g % 2]
         assert agent_moves and all("probs" in m for m in agent_moves)
@@ -381,7 +381,7 @@ def test_evaluate_cli_save_games(tmp_path):
     run = tmp_path / "run"
     _save_lc_checkpoint(run, LC_SMALL)
     out = tmp_path / "saved"
-    r = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(run), "--games", "4", "--save-games", "3",
+    r = subprocess.run([sys.executable, "-m", "agents.evaluate", str(run), "--games", "4", "--save-games", "3",
                         "--save-dir", str(out), "--json"], cwd=ROOT, env=_env(), capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
@@ -397,6 +397,6 @@ def test_evaluate_cli_save_games(tmp_path):
             assert rep["header"]["iteration"] == 4 and rep["header"]["policy"] == "average"
             assert rep["end"] is not None and not rep["end"]["abandoned"]
     assert metrics["vs_random_games"] == 4
-    bad = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(run), "--games", "2", "--save-games", "-1"],
+    bad = subprocess.run([sys.executable, "-m", "agents.evaluate", str(run), "--games", "2", "--save-games", "-1"],
                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--save-games" in bad.stderr

@@ -53,7 +53,7 @@ def test_counter_growth_is_never_negative():
 # --------------------------------------------------------------------------
 # The end-of-run summary
 
-# trainer.evaluate's keys (duplicate deals)
+# agents.evaluate's keys (duplicate deals)
 NEW_KEYS = {"iteration": 40, "wall_s": 192.4,
             "vs_random_win_rate": 0.915, "vs_random_win_rate_lo": 0.87, "vs_random_win_rate_hi": 0.945,
             "vs_random_margin": 45.2, "vs_random_margin_lo": 41.0, "vs_random_margin_hi": 49.4,
@@ -86,7 +86,7 @@ def test_summary_shows_each_opponent_with_its_intervals(metrics):
         assert "-12.3 [-15.0, -9.6]" in heuristic[0] and heuristic[0].endswith("(3 capped)")
         assert "current" not in text           # a second read-out's keys stay in metrics.jsonl
     assert "queries" not in text and "loss" not in text       # the full dump stays in metrics.jsonl
-    assert lines[-3:] == ["evaluate  python -m trainer.evaluate 'runs/a b'",
+    assert lines[-3:] == ["evaluate  python -m agents.evaluate 'runs/a b'",
                           "plot      python -m trainer.plot 'runs/a b'",
                           "resume    python -m trainer --resume 'runs/a b' --set train.iterations=80"]
 
@@ -141,7 +141,7 @@ def test_main_command_ends_with_the_short_summary(tmp_path):
     assert any(line.startswith("  vs heuristic  win rate ") and "margin" in line for line in tail)
     commands = {line.split()[0]: line.split(None, 1)[1] for line in tail[-4:]}
     assert commands["run"] == f"dir   {run_dir}  (every metric: {run_dir / 'metrics.jsonl'})"
-    assert commands["evaluate"] == f"python -m trainer.evaluate {run_dir}"
+    assert commands["evaluate"] == f"python -m agents.evaluate {run_dir}"
     assert commands["plot"] == f"python -m trainer.plot {run_dir}"
     assert commands["resume"] == f"python -m trainer --resume {run_dir} --set train.iterations=2"
     # the commands work as printed (evaluate with fewer games, to stay quick)
@@ -149,7 +149,7 @@ def test_main_command_ends_with_the_short_summary(tmp_path):
     args = build_parser().parse_args(shlex.split(commands["resume"])[3:])
     assert Path(args.resume) == run_dir and ck.latest_checkpoint(args.resume) is not None
     evaluate, plot = shlex.split(commands["evaluate"])[3:], shlex.split(commands["plot"])[3:]
-    code = ("import sys; from trainer.evaluate import main as e; from trainer.plot import main as p; "
+    code = ("import sys; from agents.evaluate import main as e; from trainer.plot import main as p; "
             f"sys.exit(e({evaluate + ['--games', '2', '--opponent', 'random']!r}) or p({plot!r}))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""trainer.sdcfr: SD-CFR's exact average policy for Kuhn and Leduc."""
+"""agents.sdcfr: SD-CFR's exact average policy for Kuhn and Leduc."""
 import contextlib
 import io
 import json
@@ -14,8 +14,8 @@ import engine
 from batcher.networks import net_for_game
 from trainer import checkpoint as ck
 from trainer.config import ConfigError, load_config
-from trainer.evaluate import exploitability, main as eval_main, openspiel_exploitability
-from trainer.sdcfr import TabularAverage
+from agents.evaluate import exploitability, main as eval_main, openspiel_exploitability
+from agents.sdcfr import TabularAverage
 from traverser._traverse import _py_regret_match
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -225,7 +225,7 @@ def test_evaluate_cli_sdcfr_needs_the_sums(tmp_path):
     net = net_for_game(game, hidden=(8,), seed=0)
     ck.save_checkpoint(tmp_path, 1, {"config": {"game": {"name": "kuhn_poker", "params": {}}},
                                      "nets": {"strategy": net.state_dict()}, "net_spec": net.spec()})
-    r = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--policy", "sdcfr"],
+    r = subprocess.run([sys.executable, "-m", "agents.evaluate", str(tmp_path), "--policy", "sdcfr"],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no SD-CFR sums" in r.stderr
 

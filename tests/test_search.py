@@ -1,4 +1,4 @@
-"""trainer.search: determinized search with heuristic, random and blueprint playouts."""
+"""agents.search: determinized search with heuristic, random and blueprint playouts."""
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +10,9 @@ import torch
 import engine
 from batcher.networks import net_for_game
 from engine._batch import StateBatch
-from trainer.evaluate import duplicate_match
-from trainer.policy import AveragePolicy
-from trainer.search import SearchPlayer, make_search_player, parse_search_spec
+from agents.evaluate import duplicate_match
+from agents.policy import AveragePolicy
+from agents.searcher import SearchPlayer, make_search_player, parse_search_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 LC_SMALL = dict(colours=3, ranks=5, hand_size=4, max_turns=200)
@@ -189,7 +189,7 @@ def test_evaluate_cli_runs_the_search_with_a_blueprint(tmp_path):
     save_checkpoint(tmp_path, 1, {"config": {"game": {"name": "lost_cities", "params": LC_SMALL}},
                                   "nets": {k: n.state_dict() for k, n in nets.items()},
                                   "net_spec": nets["strategy"].spec()})
-    r = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--opponent", "random",
+    r = subprocess.run([sys.executable, "-m", "agents.evaluate", str(tmp_path), "--opponent", "random",
                         "--games", "4", "--search", "worlds=4,topk=2", "--json"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -199,26 +199,26 @@ def test_evaluate_cli_runs_the_search_with_a_blueprint(tmp_path):
     assert d["search"].startswith("search(worlds=4,race(") and d["vs_random_games"] == 4
     assert "topk=2,playout=heuristic)" in d["search"]
     # bare --search: every setting is the default
-    r = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--opponent", "random",
+    r = subprocess.run([sys.executable, "-m", "agents.evaluate", str(tmp_path), "--opponent", "random",
                         "--games", "2", "--search", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["search"] == "search(worlds=640,race(z=3,eps=0.1),topk=4,playout=heuristic)"
     # a bare --search before the checkpoint takes it as its settings: the error says so
-    r = subprocess.run([sys.executable, "-m", "trainer.evaluate", "--search", str(tmp_path)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "agents.evaluate", "--search", str(tmp_path)], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--search took" in r.stderr and "put the checkpoint before --search" in r.stderr
     # --jobs: the same deals in worker processes, the same results
-    runs = [subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--opponent", "heuristic",
+    runs = [subprocess.run([sys.executable, "-m", "agents.evaluate", str(tmp_path), "--opponent", "heuristic",
                             "--games", "6", "--search", "worlds=4,topk=2,playout=blueprint,depth=2", "--json",
                             "--jobs", j],
                            cwd=ROOT, capture_output=True, text=True, timeout=300) for j in ("1", "2")]
     assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     one, two = ({k: v for k, v in json.loads(r.stdout).items() if k != "ms_per_decision"} for r in runs)
     assert one == two and one["vs_heuristic_games"] == 6
-    bad = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--jobs", "0"],
+    bad = subprocess.run([sys.executable, "-m", "agents.evaluate", str(tmp_path), "--jobs", "0"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--jobs must be at least 1" in bad.stderr
-    bad = subprocess.run([sys.executable, "-m", "trainer.evaluate", str(tmp_path), "--search", "worlds=x"],
+    bad = subprocess.run([sys.executable, "-m", "agents.evaluate", str(tmp_path), "--search", "worlds=x"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("error: --search") and "Traceback" not in bad.stderr
 

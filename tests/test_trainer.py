@@ -338,7 +338,7 @@ def test_warm_start_rows_are_the_heuristics_decisions():
 
 def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves(tmp_path):
     import engine
-    from trainer.search import SearchPlayer
+    from agents.searcher import SearchPlayer
     from trainer.warmstart import heuristic_rows
     game = engine.load_game("lost_cities", colours=3, ranks=5, hand_size=4, max_turns=200)
     # worlds K: each decision is labelled with, and played as, the K-world lookahead's move

@@ -12,18 +12,13 @@ completed iteration), "nets" ({"adv0", "adv1", "strategy"} -> state dicts),
 "net_spec" (MLP spec), "optimizers" ({name -> state dict}), "rng" (torch,
 numpy and python generator states), "versions" (batcher model versions),
 "counters" (totals for metrics), "memories" (file name or None), and with
-train.average=sdcfr "sdcfr" (the running sums of trainer.sdcfr).
+train.average=sdcfr "sdcfr" (the running sums of agents.sdcfr).
 """
 import os
-from pathlib import Path
 
 import torch
 
-FORMAT = 1
-
-
-def checkpoint_dir(run_dir):
-    return Path(run_dir) / "checkpoints"
+from agents.checkpoint import FORMAT, build_net, checkpoint_dir, game_of, latest_checkpoint, load_checkpoint  # noqa: F401 (reading lives in agents)
 
 
 def save_checkpoint(run_dir, iteration, payload):
@@ -38,45 +33,3 @@ def save_checkpoint(run_dir, iteration, payload):
     latest_tmp.write_text(path.name)
     os.replace(latest_tmp, d / "latest")
     return path
-
-
-def latest_checkpoint(run_dir):
-    """Path of the newest complete checkpoint of a run, or None."""
-    d = checkpoint_dir(run_dir)
-    try:
-        name = (d / "latest").read_text().strip()
-    except FileNotFoundError:
-        return None
-    return d / name
-
-
-def load_checkpoint(path):
-    """Load a checkpoint file (or the latest of a run dir)."""
-    p = Path(path)
-    if p.is_dir():
-        found = latest_checkpoint(p)
-        if found is None:
-            raise FileNotFoundError(f"{p} holds no checkpoint (no checkpoints/latest)")
-        p = found
-    if not p.exists():
-        raise FileNotFoundError(f"no checkpoint at {p}")
-    ckpt = torch.load(p, map_location="cpu", weights_only=True)
-    if ckpt.get("format") != FORMAT:
-        raise ValueError(f"{p}: unsupported checkpoint format {ckpt.get('format')!r}")
-    ckpt["path"] = str(p)
-    return ckpt
-
-
-def build_net(ckpt, name):
-    """The network `name` ("adv0", "adv1" or "strategy") of a loaded checkpoint."""
-    from batcher.networks import build_mlp
-    net = build_mlp(ckpt["net_spec"])
-    net.load_state_dict(ckpt["nets"][name])
-    return net.eval()
-
-
-def game_of(ckpt):
-    """The engine game a checkpoint was trained on."""
-    import engine
-    g = ckpt["config"]["game"]
-    return engine.load_game(g["name"], **g.get("params", {}))

@@ -7,7 +7,7 @@ warm-started), push it to the batcher with a new version. Every
 train.strategy_every iterations, at evaluations and at the end, train the
 strategy net (the average policy) on the strategy memory. With
 train.average: sdcfr the average policy is instead SD-CFR's exact mixture of
-the advantage nets' policies (trainer.sdcfr), added to before each traversal
+the advantage nets' policies (agents.sdcfr), added to before each traversal
 phase. Evaluate, checkpoint, and write one metrics line per iteration.
 """
 import json
@@ -81,7 +81,7 @@ class Trainer:
         self.sdcfr = None
         self.prior = None                 # warm-start rows kept apart (train.warm_start_share > 0)
         if cfg.train.average == "sdcfr":
-            from trainer.sdcfr import TabularAverage
+            from agents.sdcfr import TabularAverage
             self.sdcfr = TabularAverage(self.game, cfg.traversal.fallback)
         self.counters = {"nodes": 0, "traversals": 0, "requeued_jobs": 0, "dropped_rows": 0}
         self.losses = {}
@@ -276,8 +276,8 @@ class Trainer:
         return loss
 
     def _evaluate(self, t, first, last):
-        from trainer.evaluate import evaluate
-        from trainer.policy import AveragePolicy, CurrentPolicy, parse_kind
+        from agents.evaluate import evaluate
+        from agents.policy import AveragePolicy, CurrentPolicy, parse_kind
         e = self.cfg.eval
         nets = {k: self.nets[k].to("cpu") for k in ("strategy", "adv0", "adv1")}
         threads = torch.get_num_threads()
@@ -575,7 +575,7 @@ def final_summary(metrics, run_dir, cfg, first_iteration):
         lines += _evaluation_lines(metrics, SUMMARY_MAX_LINES - 5)
     resume = f"python -m trainer --resume {run}" + (f" --set train.iterations={more}" if more != planned else "")
     lines += [f"run dir   {run_dir}  (every metric: {shlex.quote(str(Path(run_dir) / 'metrics.jsonl'))})",
-              f"evaluate  python -m trainer.evaluate {run}",
+              f"evaluate  python -m agents.evaluate {run}",
               f"plot      python -m trainer.plot {run}",
               f"resume    {resume}"]
     return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""Reading checkpoints: the newest of a run, its nets and its game.
+
+The format (one iter_NNNNNN.pt per checkpoint, RUN_DIR/checkpoints/latest
+naming the newest) is described in trainer/checkpoint.py, which writes them.
+"""
+from pathlib import Path
+
+import torch
+
+FORMAT = 1
+
+
+def checkpoint_dir(run_dir):
+    return Path(run_dir) / "checkpoints"
+
+
+def latest_checkpoint(run_dir):
+    """Path of the newest complete checkpoint of a run, or None."""
+    d = checkpoint_dir(run_dir)
+    try:
+        name = (d / "latest").read_text().strip()
+    except FileNotFoundError:
+        return None
+    return d / name
+
+
+def load_checkpoint(path):
+    """Load a checkpoint file (or the latest of a run dir)."""
+    p = Path(path)
+    if p.is_dir():
+        found = latest_checkpoint(p)
+        if found is None:
+            raise FileNotFoundError(f"{p} holds no checkpoint (no checkpoints/latest)")
+        p = found
+    if not p.exists():
+        raise FileNotFoundError(f"no checkpoint at {p}")
+    ckpt = torch.load(p, map_location="cpu", weights_only=True)
+    if ckpt.get("format") != FORMAT:
+        raise ValueError(f"{p}: unsupported checkpoint format {ckpt.get('format')!r}")
+    ckpt["path"] = str(p)
+    return ckpt
+
+
+def build_net(ckpt, name):
+    """The network `name` ("adv0", "adv1" or "strategy") of a loaded checkpoint."""
+    from batcher.networks import build_mlp
+    net = build_mlp(ckpt["net_spec"])
+    net.load_state_dict(ckpt["nets"][name])
+    return net.eval()
+
+
+def game_of(ckpt):
+    """The engine game a checkpoint was trained on."""
+    import engine
+    g = ckpt["config"]["game"]
+    return engine.load_game(g["name"], **g.get("params", {}))
