@@ -1,4 +1,4 @@
-# The README's commands. `make test` is what CI runs (.ci/run).
+# The README's commands. `make lint` and `make test` are what CI runs (.ci/run).
 #
 # The interpreter: inside an active virtualenv or conda env, make uses it;
 # otherwise it creates the project virtualenv $(VENV) with $(BASE_PYTHON) on
@@ -19,7 +19,7 @@ ifeq ($(origin PYTHON),undefined)
 endif
 export PYTHON BASE_PYTHON
 
-.PHONY: install build debug annotate check-nogil test train bench clean which-python
+.PHONY: install build debug annotate check-nogil lint test train bench clean which-python
 
 # the project virtualenv, made once; every target that runs $(PYTHON) needs it
 ifeq ($(PYTHON),$(abspath $(VENV))/bin/python)
@@ -46,6 +46,10 @@ annotate:           ## write `cython -a` HTML for every extension (engine/*.html
 
 check-nogil: annotate  ## fail if any nogil function has a Python-touching line (cython -a)
 	$(PYTHON) scripts/check_nogil.py
+
+lint: install       ## the import layers (lint-imports, pyproject.toml) and ruff's small rule set
+	$(PYTHON) -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
+	$(PYTHON) -m ruff check .
 
 test: install       ## run the test suite
 	$(PYTHON) -m pytest -q

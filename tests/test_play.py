@@ -194,7 +194,7 @@ def test_a_capped_game_says_so(tmp_path):
 
 def test_search_player(tmp_path):
     """The search player as the opponent, or a one-line error where
-    agents.search cannot be imported."""
+    agents.searcher cannot be imported."""
     r = _play(tmp_path, ["search:heuristic,worlds=4", "--seed", 5], "?\n" + "1\n" * 6 + "q\n")
     assert r.returncode == 0, r.stderr
     rep = _replay_of(r.stdout)
@@ -204,7 +204,7 @@ def test_search_player(tmp_path):
     assert "the agent's probabilities for your position" in r.stdout
     assert max(len(x) for x in _lines(r.stdout) if not x.startswith("Replay saved: ")) <= 80
     blocked = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.modules['agents.search'] = None; "
+        [sys.executable, "-c", "import sys; sys.modules['agents.searcher'] = None; "
          "from agents.play import main; sys.exit(main(['search:heuristic']))"],
         cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60)
     assert blocked.returncode == 2 and "Traceback" not in blocked.stderr
