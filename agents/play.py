@@ -8,7 +8,7 @@ OPPONENT is one of
     random           uniformly random legal moves
     RUN              a run directory or checkpoint file: its trained policy
                      (--policy picks the read-out, default average)
-    search:SPEC      agents.search's player: SPEC is RUN or heuristic or
+    search:SPEC      agents.searcher's player: SPEC is RUN or heuristic or
                      random, then settings, e.g. search:runs/x,worlds=256
                      (default 640 worlds of heuristic playouts; with a run,
                      its 4 most likely moves as the candidates)
@@ -139,7 +139,7 @@ def make_agent(opponent, policy="average", max_turns=None, seed=0):
         try:
             from agents.searcher import make_search_player
         except ImportError as e:
-            raise SetupError(f"the search player is not available here (agents.search: {e})") from None
+            raise SetupError(f"the search player is not available here (agents.searcher: {e})") from None
         try:
             player = make_search_player(spec, game)
         except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:

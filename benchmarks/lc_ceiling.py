@@ -2,7 +2,7 @@
 `python -m benchmarks.lc_ceiling [--oracles plain hand endgame:6 all] [--worlds 640] [--games 400]
                                  [--seed 777] [--jobs 2] [--json]`
 
-The no-net search player (agents.search: heuristic playouts, raced) plays
+The no-net search player (agents.searcher: heuristic playouts, raced) plays
 HeuristicBot on duplicate deals, once as a player plays it and once per
 oracle, on the same deals (deal d dealt from seed + d). An oracle lets the
 search see cards that no player can see (SearchPlayer's `oracle`):

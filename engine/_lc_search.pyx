@@ -1,4 +1,4 @@
-"""The inner loop of the search player (agents.search) for Lost Cities, in
+"""The inner loop of the search player (agents.searcher) for Lost Cities, in
 nogil C: redeal a world, play every candidate action in it, play each out
 with the heuristic to the end, score. Python calls it once per chunk of
 worlds; nothing here touches a Python object per world or per move.

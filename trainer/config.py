@@ -74,7 +74,7 @@ class TrainSection:
     warm_start_steps: int = 1000
     """SGD steps per net on the warm-start memories before iteration 1."""
     warm_start_worlds: int = 0
-    """0: label each warm-start decision with the heuristic's move. K > 0: with the move of a one-step lookahead over K redealt worlds with heuristic playouts (a depth-1 cutoff's regret averaged over K worlds; agents.search), which also plays the warm-start games. Costs about 2.6 ms a decision at 64 worlds."""
+    """0: label each warm-start decision with the heuristic's move. K > 0: with the move of a one-step lookahead over K redealt worlds with heuristic playouts (a depth-1 cutoff's regret averaged over K worlds; agents.searcher), which also plays the warm-start games. Costs about 2.6 ms a decision at 64 worlds."""
     warm_start_explore: float = 0.0
     """Share of warm-start moves played uniformly at random (still labelled with the teacher's move), so the prior also covers states off the teacher's path."""
     warm_start_procs: int = 1

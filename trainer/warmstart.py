@@ -12,7 +12,7 @@ a lasting prior (PriorMix):
 The teacher is the heuristic itself (`worlds` 0) or a one-step lookahead:
 every legal move is played in K redealt worlds of what the player cannot
 see and played out by the heuristic for both sides, and the best mean wins
-(agents.search's race). That is a depth-1 cutoff's regret averaged over K
+(agents.searcher's race). That is a depth-1 cutoff's regret averaged over K
 worlds instead of the one the traversal uses: a policy improvement step on
 the heuristic. A net fitted to many such noisy labels averages them over
 similar states and can play better than the 64-world teacher itself
@@ -109,7 +109,7 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     worlds 0: every decision is labelled with the heuristic's move, and the
     heuristic plays it. worlds K > 0 (Lost Cities): labelled with the move of
     a one-step lookahead over K redealt worlds with heuristic playouts
-    (agents.search.SearchPlayer, the race schedule), the regret target of a
+    (agents.searcher.SearchPlayer, the race schedule), the regret target of a
     depth-1 cutoff averaged over K worlds instead of one; the lookahead plays
     it, so the rows follow the improved policy's own games. explore: the
     share of moves played uniformly at random instead (still labelled with
