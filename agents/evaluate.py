@@ -13,7 +13,7 @@ the engine (agents.exact), checked against OpenSpiel's
 (`openspiel_exploitability`) when pyspiel is installed. Both follow OpenSpiel:
 nash_conv = BR_0 + BR_1, exploitability = nash_conv / num_players.
 
-Lost Cities: duplicate deals (`duplicate_match`): every deal is played twice
+Lost Cities: duplicate deals (agents.matches): every deal is played twice
 with the seats swapped, and the win rate (a tie counts half) and the point
 margin come with 95% intervals over the deals. Opponents: RandomBot,
 HeuristicBot, any object with `.step(state)`, and the exploiter, a local
@@ -28,8 +28,7 @@ import numpy as np
 import torch
 
 from agents.exact import POKER_GAMES, exploitability
-from agents.matches import (OPPONENTS, SEARCH_STATS, _as_policy, agent_from_spec, duplicate_match,  # noqa: F401 (re-exported)
-                            make_opponent, match_summary, mean_ci, parallel_match, play_deals)
+from agents.matches import OPPONENTS, _as_policy, duplicate_match, parallel_match
 from agents.policy import AveragePolicy, Policy, policy_from_checkpoint, policy_probs
 
 DEFAULT_OPPONENTS = ("random", "heuristic")

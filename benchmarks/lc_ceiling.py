@@ -34,7 +34,7 @@ def ceiling_rows(oracles, worlds=640, games=400, seed=777, jobs=1, progress=None
     duplicate_match) and the search's time per decision."""
     import engine
     import torch
-    from agents.evaluate import duplicate_match, parallel_match
+    from agents.matches import duplicate_match, parallel_match
     from agents.searcher import SearchPlayer
     torch.set_num_threads(1)
     game_spec = {"name": "lost_cities", "max_turns": 200}

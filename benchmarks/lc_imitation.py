@@ -27,7 +27,7 @@ import torch
 
 import engine
 from batcher.networks import net_for_game
-from agents.evaluate import duplicate_match
+from agents.matches import duplicate_match
 from trainer.learn import strategy_loss, train_net
 from agents.policy import AveragePolicy, policy_probs
 from trainer.symmetry import ColourAugment

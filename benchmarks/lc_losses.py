@@ -30,7 +30,7 @@ BINS = (-np.inf, -40, -20, 0, 20, 40, np.inf)
 def load_agent(spec):
     """(player with .step(state), its game) for an AGENT argument."""
     if spec in ("heuristic", "cautious"):
-        from agents.evaluate import make_opponent
+        from agents.matches import make_opponent
         game = engine.load_game("lost_cities", max_turns=200)
         return make_opponent(spec, game, None), game
     if spec.startswith("search:"):
@@ -46,7 +46,7 @@ def where_losses_lie(game, agent, opponent, deals, seed):
     """The report as a dict (module docstring); `diffs` and `mirror` are the
     agent's and the mirror's score differences, game 2i + s being deal i
     from seat s."""
-    from agents.evaluate import make_opponent, play_deals
+    from agents.matches import make_opponent, play_deals
     ids = range(deals)
     mirror, _ = play_deals(game, make_opponent(opponent, game, None), opponent, ids, seed=seed)
     diffs, capped = play_deals(game, agent, opponent, ids, seed=seed)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 import engine
-from agents.evaluate import exploitability
+from agents.exact import exploitability
 from agents.sdcfr import TabularAverage
 from traverser.config import TraverserConfig
 from traverser.local import LocalEvaluator, run_local

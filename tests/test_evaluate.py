@@ -17,8 +17,9 @@ import engine  # noqa: E402
 from batcher.networks import net_for_game  # noqa: E402
 from engine.bots import HeuristicBot, play_game  # noqa: E402
 from engine.match import run_match  # noqa: E402
-from agents.evaluate import (duplicate_match, evaluate, exploitability, format_table,  # noqa: E402
+from agents.evaluate import (evaluate, exploitability, format_table,  # noqa: E402
                               openspiel_exploitability, policy_probs)
+from agents.matches import duplicate_match  # noqa: E402
 from agents.exploiter import LocalBestResponse  # noqa: E402
 from agents.policy import (AveragePolicy, CurrentPolicy, load_policy, parse_kind,  # noqa: E402
                             regret_matching)
@@ -512,7 +513,7 @@ def test_parallel_match_plays_each_deal_as_one_process_does():
     whole deals: results, recorded games and the player's counters equal
     those of one process (its worlds depend only on its seed and what it
     sees), whatever the deals' split."""
-    from agents.evaluate import parallel_match
+    from agents.matches import parallel_match
     from agents.searcher import SearchPlayer
     game = engine.load_game("lost_cities", **LC_SMALL)
     spec = {"game": {"name": "lost_cities", **LC_SMALL}, "search": {"worlds": 6, "seed": 4}}
@@ -532,7 +533,7 @@ def test_parallel_match_plays_each_deal_as_one_process_does():
 
 
 def test_parallel_match_fails_loudly_when_a_worker_dies():
-    from agents.evaluate import parallel_match
+    from agents.matches import parallel_match
     spec = {"game": {"name": "lost_cities", **LC_SMALL}, "search": {"worlds": 2}}
     with pytest.raises(RuntimeError, match=r"worker process died before deals \d+\.\.\d+ .*no result is reported"):
         parallel_match(spec, _DiesInAWorker(after=5), 8, jobs=2)
@@ -544,7 +545,7 @@ def test_parallel_match_fails_loudly_when_a_worker_dies():
     with pytest.raises(ValueError, match="jobs=2 needs `spec`"):
         evaluate(game, SearchPlayer(game, worlds=2), lc_games=4, opponents=("heuristic",), jobs=2)
     with pytest.raises(ValueError, match="names a checkpoint, or a game and search settings"):
-        from agents.evaluate import agent_from_spec
+        from agents.matches import agent_from_spec
         agent_from_spec({"game": {"name": "lost_cities"}})
 
 
@@ -553,7 +554,7 @@ def test_parallel_match_of_a_sampled_read_out_is_reproducible(tmp_path):
     its own stream (seeded by the match's seed and the chunk), so the match
     does not depend on which process took which chunk."""
     from trainer.checkpoint import save_checkpoint
-    from agents.evaluate import parallel_match
+    from agents.matches import parallel_match
     game = engine.load_game("lost_cities", **LC_SMALL)
     nets = {k: net_for_game(game, hidden=(8,), seed=i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
     path = save_checkpoint(tmp_path, 1, {"config": {"game": {"name": "lost_cities", "params": LC_SMALL}},

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 import engine  # noqa: E402
 from batcher.networks import net_for_game  # noqa: E402
 from engine._lost_cities import LostCitiesState  # noqa: E402
-from agents.evaluate import duplicate_match  # noqa: E402
+from agents.matches import duplicate_match  # noqa: E402
 from agents.policy import AveragePolicy  # noqa: E402
 from agents.replay import (ReplayError, ReplayWriter, expedition_scores, extract_page_data,  # noqa: E402
                             load_replay, render_html, replay_path, save_match_games)

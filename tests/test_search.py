@@ -10,7 +10,7 @@ import torch
 import engine
 from batcher.networks import net_for_game
 from engine._batch import StateBatch
-from agents.evaluate import duplicate_match
+from agents.matches import duplicate_match
 from agents.policy import AveragePolicy
 from agents.searcher import SearchPlayer, make_search_player, parse_search_spec
 
