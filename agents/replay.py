@@ -352,6 +352,7 @@ h1 { font-size: 17px; margin: 0 0 4px; }
 .meta { color: #555; margin-bottom: 8px; }
 .nav { margin: 8px 0; display: flex; gap: 6px; align-items: center; flex-wrap: wrap; }
 .nav button { font-size: 15px; min-width: 44px; padding: 3px 8px; }
+.nav button svg { width: 16px; height: 16px; vertical-align: middle; fill: currentColor; }
 .nav input[type=range] { width: 260px; }
 .status { font-weight: 600; }
 .board { display: grid; gap: 4px 6px; margin: 10px 0; align-items: start; }
@@ -381,10 +382,10 @@ tr.chosen td { font-weight: 700; background: #eef3ff; }
 <h1 id="title"></h1>
 <div class="meta" id="meta"></div>
 <div class="nav">
-  <button id="first" title="first (Home)">&#x23EE;</button>
-  <button id="prev" title="previous (&larr;)">&#x25C0;</button>
-  <button id="next" title="next (&rarr;)">&#x25B6;</button>
-  <button id="last" title="last (End)">&#x23ED;</button>
+  <button id="first" title="first (Home)" aria-label="first"><svg viewBox="0 0 16 16"><path d="M3 3h2v10H3zM13 3v10L6 8z"/></svg></button>
+  <button id="prev" title="previous (&larr;)" aria-label="previous"><svg viewBox="0 0 16 16"><path d="M11 3v10L4 8z"/></svg></button>
+  <button id="next" title="next (&rarr;)" aria-label="next"><svg viewBox="0 0 16 16"><path d="M5 3v10l7-5z"/></svg></button>
+  <button id="last" title="last (End)" aria-label="last"><svg viewBox="0 0 16 16"><path d="M3 3v10l7-5zM11 3h2v10h-2z"/></svg></button>
   <input type="range" id="slider" min="0" value="0">
   <span class="status" id="status"></span>
 </div>

@@ -128,6 +128,21 @@ def test_html_page_round_trips_to_the_same_game(tmp_path):
     assert [m["action"] for m in data["moves"]] == [a for _, a, _ in moves]
 
 
+def test_page_buttons_draw_without_any_font_glyphs(tmp_path):
+    # symbol glyphs such as U+23EE are missing from many default fonts (an
+    # empty box in headless Chromium on Debian): each button is an inline SVG
+    # drawing with an ASCII label, so it shows whatever fonts are installed
+    path, _, _ = _play_and_write(tmp_path, seed=3)
+    page = render_html(load_replay(path))
+    buttons = re.findall(r"<button ([^>]*)>(.*?)</button>", page, flags=re.S)
+    assert [re.search(r'id="(\w+)"', attrs).group(1) for attrs, _ in buttons] == \
+        ["first", "prev", "next", "last"]
+    for attrs, inner in buttons:
+        assert (attrs + inner).isascii() and "&#" not in attrs + inner
+        assert re.search(r'aria-label="\w+"', attrs)
+        assert re.fullmatch(r'<svg viewBox="[\d ]+"><path d="[MmHhVvLlZz\d .-]+"/></svg>', inner), inner
+
+
 def test_page_survives_names_that_look_like_markup(tmp_path):
     game = engine.load_game("lost_cities", **LC_SMALL)
     state = game.new_initial_state(seed=1)
