@@ -2,12 +2,16 @@
 
 The format (one iter_NNNNNN.pt per checkpoint, RUN_DIR/checkpoints/latest
 naming the newest) is described in trainer/checkpoint.py, which writes them.
+A run that starts with a warm start also keeps RUN_DIR/checkpoints/prior.pt,
+its nets at the end of the warm start (iteration 0, written once by
+trainer.warmstart.save_prior; `latest` never names it).
 """
 from pathlib import Path
 
 import torch
 
 FORMAT = 1
+PRIOR = "prior.pt"
 
 
 def checkpoint_dir(run_dir):
@@ -22,6 +26,21 @@ def latest_checkpoint(run_dir):
     except FileNotFoundError:
         return None
     return d / name
+
+
+def run_dir_of(path):
+    """The run directory of a run directory or of one of its checkpoint files."""
+    p = Path(path)
+    if p.is_dir():
+        return p
+    return p.parent.parent if p.parent.name == "checkpoints" else p.parent
+
+
+def prior_checkpoint(path):
+    """Path of the warm-start prior (checkpoints/prior.pt) of the run that
+    `path` (a run directory or one of its checkpoints) belongs to; it may
+    not exist."""
+    return checkpoint_dir(run_dir_of(path)) / PRIOR
 
 
 def load_checkpoint(path):

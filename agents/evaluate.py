@@ -18,7 +18,11 @@ with the seats swapped, and the win rate (a tie counts half) and the point
 margin come with 95% intervals over the deals. Opponents: RandomBot,
 HeuristicBot, any object with `.step(state)`, and the exploiter, a local
 best response to the policy itself (agents.exploiter), whose margin is a
-lower bound on the policy's exploitability.
+lower bound on the policy's exploitability. Head to head (agents.head_to_head):
+another run (run:PATH[@prior][:POLICY]), the run's own warm-start prior
+(prior) or the search player (search:SETTINGS) as opponents, and --baseline,
+the same matches played by a second agent and compared with the agent's
+deal by deal.
 """
 import argparse
 import json
@@ -28,6 +32,8 @@ import numpy as np
 import torch
 
 from agents.exact import POKER_GAMES, exploitability
+from agents.head_to_head import (compare, comparison_metrics, flat, head_to_head, is_side, load_baseline,
+                                 load_side, split_opponents, vs_prior)
 from agents.matches import OPPONENTS, _as_policy, duplicate_match, parallel_match
 from agents.policy import AveragePolicy, Policy, policy_from_checkpoint, policy_probs
 
@@ -75,7 +81,7 @@ def _pyspiel_available():
 
 
 def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, openspiel=True,
-             exploiter_games=None, worlds=16, progress=False, record=None, jobs=1, spec=None):
+             exploiter_games=None, worlds=16, progress=False, record=None, jobs=1, spec=None, prior_of=None):
     """All metrics of a policy on its game, as a flat dict. `agent` is a
     agents.policy.Policy, a strategy net, or a tabular average.
 
@@ -88,7 +94,10 @@ def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, op
     "_lo"/"_hi": the exploiter's margin, a lower bound on exploitability.
     `record` ({opponent: list of lists}) records games as duplicate_match does.
     With `jobs` > 1 and `spec` (agent_from_spec's description of `agent`),
-    the Lost Cities matches run in that many processes (parallel_match)."""
+    the Lost Cities matches run in that many processes (parallel_match).
+    `prior_of`, a run directory: the policy also plays that run's warm-start
+    prior (the same read-out) head to head, "vs_prior_*" (agents.head_to_head.
+    vs_prior), if the run has one."""
     if game.name in POKER_GAMES:
         policy = agent
         if isinstance(agent, Policy):
@@ -124,6 +133,8 @@ def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, op
             if opp == "exploiter":
                 out["exploiter_margin"] = -r["margin"]
                 out["exploiter_margin_lo"], out["exploiter_margin_hi"] = -r["margin_hi"], -r["margin_lo"]
+        if prior_of is not None and isinstance(agent, Policy):
+            out.update(vs_prior(prior_of, game, agent, lc_games, seed=seed))
         return out
     raise ValueError(f"no evaluation for game {game.name!r}")
 
@@ -193,7 +204,19 @@ def build_parser():
                     help="Lost Cities opponents, comma-separated, of: random, heuristic, cautious (a "
                          "second rule-based bot, never used in training), exploiter (a local best "
                          "response to the policy); 'both' = random,heuristic, 'all' = all four "
-                         "(default random,heuristic)")
+                         "(default random,heuristic); and head to head: run:PATH[@prior][:POLICY] (another "
+                         "run or checkpoint; @prior: its warm-start prior; POLICY a read-out, default the "
+                         "agent's; the text after the last ':' is a read-out only if it is a known one, so "
+                         "a path may hold ':' but not ','), prior (this run's warm-start prior, "
+                         "checkpoints/prior.pt), search:SETTINGS (the search player with agents.search's "
+                         "settings, e.g. search:worlds=64,topk=4: no net, heuristic playouts; a first item "
+                         "without '=' is a blueprint run: search:RUN,worlds=64,topk=4). In the list, an item "
+                         "key=value continues the search: before it")
+    ap.add_argument("--baseline", default=None, metavar="OTHER[:POLICY]",
+                    help="Lost Cities: a second agent (a run or checkpoint, prior, run:..., search:...) that "
+                         "plays the same deals against each opponent; the report adds its figures "
+                         "(baseline_vs_*) and the paired difference, agent minus baseline, per deal "
+                         "(diff_vs_*_win_rate and diff_vs_*_margin with 95%% intervals)")
     ap.add_argument("--games", type=int, default=2000,
                     help="Lost Cities games per opponent, as pairs of games on the same deal "
                          "with seats swapped (default 2000)")
@@ -223,11 +246,11 @@ def build_parser():
 def _opponent_list(text):
     named = {"both": ["random", "heuristic"], "all": list(OPPONENTS)}
     out = []
-    for part in text.split(","):
-        part = part.strip()
+    for part in split_opponents(text):
         for o in named.get(part, [part]):
-            if o not in OPPONENTS:
-                raise ValueError(f"unknown opponent {o!r}; known: {', '.join(OPPONENTS)}, both, all")
+            if o not in OPPONENTS and not is_side(o):
+                raise ValueError(f"unknown opponent {o!r}; known: {', '.join(OPPONENTS)}, both, all, "
+                                 "prior, run:PATH[@prior][:POLICY], search:SETTINGS")
             if o not in out:
                 out.append(o)
     return out
@@ -291,10 +314,19 @@ def main(argv=None):
     if args.save_games and game.name != "lost_cities":
         print(f"error: --save-games: replays are of lost_cities games, not {game.name}", file=sys.stderr)
         return 2
+    sides = [o for o in opponents if is_side(o)]
+    try:
+        players, baseline = _load_sides(args, game, kind, ckpt["path"], sides)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     record = {o: [[] for _ in range(args.save_games)] for o in opponents} if args.save_games else None
-    metrics = evaluate(game, agent, lc_games=args.games, opponents=opponents, seed=args.seed,
-                       openspiel=not args.no_openspiel, exploiter_games=args.exploiter_games,
-                       worlds=args.worlds, progress=args.progress, record=record, jobs=args.jobs, spec=spec)
+    if players or baseline is not None:
+        metrics = _head_to_head_metrics(args, game, agent, opponents, players, baseline, record, spec)
+    else:
+        metrics = evaluate(game, agent, lc_games=args.games, opponents=opponents, seed=args.seed,
+                           openspiel=not args.no_openspiel, exploiter_games=args.exploiter_games,
+                           worlds=args.worlds, progress=args.progress, record=record, jobs=args.jobs, spec=spec)
     if record:
         from agents.replay import save_match_games
         try:
@@ -308,14 +340,79 @@ def main(argv=None):
     if args.json:
         print(json.dumps(_jsonable({"checkpoint": ckpt["path"], "iteration": ckpt.get("iteration"),
                                     "game": game.name, "policy": policy.name,
+                                    **({"baseline": _side_name(baseline)} if baseline is not None else {}),
                                     **({"search": agent.name, "ms_per_decision": agent.ms_per_decision()}
                                        if agent is not policy else {}), **metrics})))
     else:
         print(f"{ckpt['path']}  (game {game.name}, iteration {ckpt.get('iteration')}, policy {policy.name}"
               + (f", {agent.name} at {agent.ms_per_decision():.1f} ms per decision" if agent is not policy else "")
               + ")")
+        if baseline is not None:
+            print(f"baseline {_side_name(baseline)}; diff_vs_*: agent minus baseline, per deal")
         print(format_table(metrics))
     return 0
+
+
+def _load_sides(args, game, kind, path, sides):
+    """({spec: player} of the head-to-head opponents, the baseline or None);
+    ValueError naming the flag and the spec when one cannot be built."""
+    if (sides or args.baseline) and game.name != "lost_cities":
+        raise ValueError(f"head-to-head opponents and --baseline are for lost_cities, not {game.name}")
+    if (sides or args.baseline) and args.jobs > 1:
+        raise ValueError("--jobs: head-to-head matches and --baseline comparisons run in one process; "
+                         "drop --jobs or the run:/prior/search: opponents and --baseline")
+    if args.baseline and args.save_games:
+        raise ValueError("--save-games: replays are saved without --baseline only")
+    players = {}
+    for o in sides:
+        try:
+            players[o] = load_side(o, game, kind, path, seed=args.seed + 1)
+        except (ValueError, FileNotFoundError, RuntimeError, KeyError) as e:
+            raise ValueError(f"--opponent {o}: {_first_line(e)}") from None
+    baseline = None
+    if args.baseline:
+        try:
+            baseline = load_baseline(args.baseline, game, kind, path, seed=args.seed + 1)
+        except (ValueError, FileNotFoundError, RuntimeError, KeyError) as e:
+            raise ValueError(f"--baseline {args.baseline}: {_first_line(e)}") from None
+    return players, baseline
+
+
+def _first_line(e):
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]
+
+
+def _side_name(player):
+    if player is None:
+        return None
+    ckpt = getattr(player, "checkpoint", None) or getattr(getattr(player, "blueprint", None), "checkpoint", None)
+    return player.name + (f" of {ckpt}" if ckpt else "")
+
+
+def _head_to_head_metrics(args, game, agent, opponents, players, baseline, record, spec):
+    """evaluate()'s Lost Cities metrics for opponents that include run:/prior/
+    search: players or with a baseline (agents.head_to_head), opponent by
+    opponent in the list's order."""
+    from agents.matches import _match_bar
+    out = {}
+    for o in opponents:
+        n = args.exploiter_games if o == "exploiter" else args.games
+        opp = players.get(o, o)
+        if baseline is not None:
+            out.update(comparison_metrics(o, compare(game, agent, baseline, opp, n, seed=args.seed,
+                                                     worlds=args.worlds)))
+        elif o in players:
+            bar = _match_bar(args.progress, 2 * ((n + 1) // 2), agent, o)
+            out.update(flat(o, head_to_head(game, agent, opp, n, seed=args.seed, bar=bar,
+                                            record=(record or {}).get(o))))
+            if bar is not None:
+                bar.close()
+        else:
+            out.update(evaluate(game, agent, lc_games=args.games, opponents=(o,), seed=args.seed,
+                                exploiter_games=args.exploiter_games, worlds=args.worlds, progress=args.progress,
+                                record=record, jobs=args.jobs, spec=spec))
+    return out
 
 
 if __name__ == "__main__":

@@ -197,11 +197,10 @@ class Trainer:
         start of a run, every net is pretrained on them. A lasting prior's
         rows are saved in the run directory (warm_start_rows.npz), and a
         resumed run reads them back."""
-        from trainer.warmstart import PriorMix, heuristic_rows
+        from trainer.warmstart import PriorMix, heuristic_rows, save_prior, teacher_name
         tr = self.cfg.train
         t0 = time.monotonic()
-        teacher = (f"a {tr.warm_start_worlds}-world lookahead" if tr.warm_start_worlds else "the heuristic") \
-            + (f", {tr.warm_start_explore:g} random moves" if tr.warm_start_explore else "")
+        teacher = teacher_name(tr)
         bar = self._bar(total=tr.warm_start_games, desc=f"warm start ({teacher})", unit="game")
         # a lasting prior is kept on disk, so that a resumed run reads it back instead of playing it again
         cache = self.run_dir / "warm_start_rows.npz" if tr.warm_start_share > 0 else None
@@ -238,6 +237,7 @@ class Trainer:
                  f"{tr.warm_start_games} games, {tr.warm_start_steps} steps per net "
                  f"(losses {', '.join(f'{x:.4g}' for x in losses)}) in {time.monotonic() - t0:.0f} s"
                  + (f"; kept as {tr.warm_start_share:g} of every batch" if tr.warm_start_share > 0 else ""))
+        save_prior(self.run_dir, self.cfg, self.nets)     # the run's prior, for head-to-head evaluation
 
     def _memory(self, name):
         """What a net trains on: its memory, mixed with the warm-start prior if one is kept."""
@@ -303,7 +303,7 @@ class Trainer:
                     opponents.append("exploiter")
                 r = evaluate(self.game, policy, lc_games=e.lc_games, opponents=tuple(opponents),
                              seed=self.cfg.run.seed, openspiel=e.openspiel, exploiter_games=e.exploiter_games,
-                             worlds=e.exploiter_worlds)
+                             worlds=e.exploiter_worlds, prior_of=self.run_dir if i == 0 else None)
                 prefix = "" if i == 0 else kind.replace("-", "_") + "_"
                 out.update({prefix + k: v for k, v in r.items()})
             return out

@@ -7,7 +7,9 @@ missing from any line) and writes, into RUN_DIR/plots (or --out):
                    against iterations (right), with 95% bands:
                    Lost Cities: the point margin per game against each
                    opponent (random, heuristic, the exploiter, whose margin is
-                   a floor on exploitability) and the win rate;
+                   a floor on exploitability, and head to head the run's own
+                   warm-start prior: what training added after the warm
+                   start) and the win rate;
                    poker: exploitability on a log scale.
     training.png   the advantage and strategy losses, the advantage nets'
                    error on each iteration's new samples before they train
@@ -123,6 +125,8 @@ def learning_panels(rows):
                 continue
             prefix, opp = _read_out(k, marker)
             label = f"vs {opp}" + (f" ({prefix})" if prefix else "")
+            if opp == "prior":
+                label = "vs its warm-start prior (head to head)" + (f" ({prefix})" if prefix else "")
             if opp == "exploiter" and marker == "_margin":
                 label += " (its margin, minus this, is a floor on exploitability)"
             lines.append((k, label, bool(prefix)))

@@ -27,6 +27,12 @@ only; nothing in training treats it as the opponent to beat.
 import numpy as np
 
 
+def teacher_name(tr):
+    """The warm start's teacher in words, from the train config `tr`."""
+    return ((f"a {tr.warm_start_worlds}-world lookahead" if tr.warm_start_worlds else "the heuristic")
+            + (f", {tr.warm_start_explore:g} random moves" if tr.warm_start_explore else ""))
+
+
 def _play(name, params, seeds, worlds, explore, progress=None):
     """Self-play of the deals `seeds`: {player: (info uint8 [n, T], mask
     uint8 [n, A], label int64 [n])}. A game's exploration draws are seeded
@@ -200,3 +206,41 @@ class PriorMix:
         own = self.memory.sample(batch_size - k, rng)
         part["weight"] = np.full(k, own["weight"].mean(), np.float32)
         return {name: np.concatenate([part[name], own[name]]) for name in ("info", "target", "mask", "weight")}
+
+
+def save_prior(run_dir, cfg, nets):
+    """Keep the nets at the end of the warm start as the run's prior,
+    RUN_DIR/checkpoints/prior.pt (agents.checkpoint.prior_checkpoint): a
+    checkpoint of iteration 0 with the config, the nets and their spec (no
+    optimizers or RNG: it is for playing, not resuming), which
+    agents.evaluate reads as the `prior` opponent or baseline. Written
+    durably (temporary file, fsync, rename, directory fsync) once, when the
+    warm start pretrains; `latest` is left alone, and a resumed run keeps the
+    file as it is. Returns its path."""
+    import os
+
+    import torch
+
+    from agents.checkpoint import FORMAT, prior_checkpoint
+    from trainer.config import config_to_dict
+    path = prior_checkpoint(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": FORMAT, "iteration": 0, "prior": True, "config": config_to_dict(cfg),
+               "nets": {k: {n: v.detach().cpu().clone() for n, v in net.state_dict().items()}
+                        for k, net in nets.items()},
+               "net_spec": nets["strategy"].spec()}
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return path                 # a platform whose directories cannot be opened
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
