@@ -276,7 +276,8 @@ def main(argv=None):
     try:
         opponents = _opponent_list(args.opponent)
     except ValueError as e:
-        ap.error(str(e))
+        print(f"error: --opponent: {e}", file=sys.stderr)
+        return 2
 
     from agents.checkpoint import game_of, load_checkpoint
     try:
