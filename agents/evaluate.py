@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from agents.exact import POKER_GAMES, exploitability
-from agents.head_to_head import (compare, comparison_metrics, flat, head_to_head, is_side, load_baseline,
-                                 load_side, split_opponents, vs_prior)
+from agents.head_to_head import (comparison_metrics, flat, is_side, load_baseline, load_side, paired,
+                                 split_opponents, vs_prior)
 from agents.matches import OPPONENTS, _as_policy, duplicate_match, parallel_match
 from agents.policy import AveragePolicy, Policy, policy_from_checkpoint, policy_probs
 
@@ -359,11 +359,10 @@ def _load_sides(args, game, kind, path, sides):
     ValueError naming the flag and the spec when one cannot be built."""
     if (sides or args.baseline) and game.name != "lost_cities":
         raise ValueError(f"head-to-head opponents and --baseline are for lost_cities, not {game.name}")
-    if (sides or args.baseline) and args.jobs > 1:
-        raise ValueError("--jobs: head-to-head matches and --baseline comparisons run in one process; "
-                         "drop --jobs or the run:/prior/search: opponents and --baseline")
     if args.baseline and args.save_games:
         raise ValueError("--save-games: replays are saved without --baseline only")
+    if sides and args.save_games and args.jobs > 1:
+        raise ValueError("--save-games: head-to-head replays are saved with --jobs 1 only")
     players = {}
     for o in sides:
         try:
@@ -394,27 +393,41 @@ def _side_name(player):
 def _head_to_head_metrics(args, game, agent, opponents, players, baseline, record, spec):
     """evaluate()'s Lost Cities metrics for opponents that include run:/prior/
     search: players or with a baseline (agents.head_to_head), opponent by
-    opponent in the list's order."""
-    from agents.matches import _match_bar
+    opponent in the list's order. Without a baseline the bots' matches are
+    evaluate()'s own."""
+    from agents.matches import match_summary
+    from agents.head_to_head import run_matches
+    sides = [o for o in opponents if o in players]
+    games = {o: args.exploiter_games if o == "exploiter" else args.games for o in opponents}
+    tasks = [("agent", o, games[o]) for o in (opponents if baseline is not None else sides)]
+    tasks += [("baseline", o, games[o]) for o in opponents] if baseline is not None else []
+    everyone = {"agent": agent, "baseline": baseline, **players}
+    init = (spec, sides, args.baseline, spec["policy"], spec["checkpoint"], args.seed)
+    if record and sides:                 # replays: one process, as --save-games needs
+        res = {("agent", o): _head_to_head_record(game, agent, players[o], games[o], args.seed, record[o])
+               for o in sides}
+    else:
+        res = run_matches(game, everyone, tasks, seed=args.seed, worlds=args.worlds, jobs=args.jobs, init=init,
+                          progress=args.progress)
     out = {}
     for o in opponents:
-        n = args.exploiter_games if o == "exploiter" else args.games
-        opp = players.get(o, o)
         if baseline is not None:
-            out.update(comparison_metrics(o, compare(game, agent, baseline, opp, n, seed=args.seed,
-                                                     worlds=args.worlds)))
+            (da, ca), (db, cb) = res["agent", o], res["baseline", o]
+            out.update(comparison_metrics(o, {"agent": match_summary(da, ca), "baseline": match_summary(db, cb),
+                                              "paired": paired(da, db)}))
         elif o in players:
-            bar = _match_bar(args.progress, 2 * ((n + 1) // 2), agent, o)
-            out.update(flat(o, head_to_head(game, agent, opp, n, seed=args.seed, bar=bar,
-                                            record=(record or {}).get(o))))
-            if bar is not None:
-                bar.close()
+            out.update(flat(o, match_summary(*res["agent", o])))
         else:
             out.update(evaluate(game, agent, lc_games=args.games, opponents=(o,), seed=args.seed,
                                 exploiter_games=args.exploiter_games, worlds=args.worlds, progress=args.progress,
                                 record=record, jobs=args.jobs, spec=spec))
     return out
 
+
+def _head_to_head_record(game, agent, opponent, games, seed, record):
+    """(diffs, capped) of a head-to-head match whose first games are recorded."""
+    from agents.head_to_head import play_sides
+    return play_sides(game, agent, opponent, range((games + 1) // 2), seed=seed, record=record)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -200,22 +200,26 @@ def play_sides(game, a, b, deal_ids, seed=0, bar=None, record=None):
             if not rows:
                 continue
             movers = np.array([states[g].current_player() for g in rows])
-            probs = None
-            if isinstance(player, Policy):
-                info = np.stack([states[g].information_state_tensor(p) for g, p in zip(rows, movers)])
-                mask = np.stack([states[g].legal_actions_mask() for g in rows])
-                actions = player.actions(info, mask, movers)
-                if side == 0 and record is not None:
-                    probs = player.probs(info, mask, movers)    # no RNG is used
-            else:
-                actions = [player.step(states[g]) for g in rows]
-            for i, (g, x) in enumerate(zip(rows, actions)):
-                if record is not None and g < len(record):
-                    p = None
-                    if side == 0:
-                        from agents.replay import decision_probs
-                        p = probs[i] if probs is not None else decision_probs(player, states[g], int(x))
-                    record[g].append((int(movers[i]), int(x), p))
+            keep = [i for i, g in enumerate(rows) if record is not None and g < len(record)]
+            if not isinstance(player, Policy):          # e.g. the search player: game by game
+                for i, g in enumerate(rows):
+                    x = int(player.step(states[g]))
+                    if i in keep:
+                        p = None
+                        if side == 0:
+                            from agents.replay import decision_probs
+                            p = decision_probs(player, states[g], x)
+                        record[g].append((int(movers[i]), x, p))
+                    states[g].apply_action(x)
+                continue
+            info = np.stack([states[g].information_state_tensor(p) for g, p in zip(rows, movers)])
+            mask = np.stack([states[g].legal_actions_mask() for g in rows])
+            actions = player.actions(info, mask, movers)
+            if keep:     # the probabilities behind the recorded games' moves (no RNG is used)
+                probs = player.probs(info[keep], mask[keep], movers[keep]) if side == 0 else [None] * len(keep)
+                for i, p in zip(keep, probs):
+                    record[rows[i]].append((int(movers[i]), int(actions[i]), p))
+            for g, x in zip(rows, actions):
                 states[g].apply_action(int(x))
         done = [g for g in active if states[g].is_terminal()]
         if bar is not None and done:
@@ -296,6 +300,86 @@ def comparison_metrics(label, c):
             out[f"diff_vs_{label}_{k}{s}"] = p[f"{k}_diff{s}"]
     out[f"diff_vs_{label}_deals"] = p["deals"]
     return out
+
+
+# --------------------------------------------------------------------------
+# Several matches, in one process or several
+
+_WORKER = {}
+
+
+def _worker_init(agent_spec, sides, baseline, kind, run, seed):
+    import torch
+    from agents.matches import agent_from_spec
+    torch.set_num_threads(1)
+    game, _, agent = agent_from_spec(agent_spec)
+    players = {"agent": agent, **{o: load_side(o, game, kind, run, seed=seed + 1) for o in sides}}
+    if baseline is not None:
+        players["baseline"] = load_baseline(baseline, game, kind, run, seed=seed + 1)
+    _WORKER.update(game=game, players=players)
+
+
+def _worker_play(who, opponent, lo, hi, seed, worlds):
+    game, players = _WORKER["game"], _WORKER["players"]
+    player, opp = players[who], players.get(opponent, opponent)
+    for i, p in enumerate((player, opp)):
+        if isinstance(p, Policy):   # a sampled read-out: each chunk its own stream, whichever process plays it
+            p.rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, lo, 0xC4A2 + i])
+    if isinstance(opp, str):
+        return play_deals(game, player, opp, range(lo, hi), seed=seed, worlds=worlds)
+    return play_sides(game, player, opp, range(lo, hi), seed=seed)
+
+
+def run_matches(game, players, tasks, seed=0, worlds=16, jobs=1, init=None, progress=False):
+    """{(who, opponent): (diffs, capped)} for each task (who, opponent,
+    games): players[who] against players[opponent], or against the bot of
+    that name, on deals 0 .. games/2 - 1 (deal_diffs). With `jobs` > 1 the
+    deals of all tasks are split into chunks played by that many processes,
+    each rebuilding the players from `init` = (agent spec as in
+    agents.matches.agent_from_spec, side specs, baseline spec or None,
+    agent read-out, agent run, seed), players "agent", "baseline" and the
+    side specs; deterministic players give the same diffs as one process."""
+    import math
+    tasks = [(who, opp, (n + 1) // 2) for who, opp, n in tasks]
+    out = {(who, opp): [np.zeros(2 * deals), 0] for who, opp, deals in tasks}
+    bar = None
+    if progress:
+        from agents.matches import _match_bar
+        bar = _match_bar(True, sum(2 * d for _, _, d in tasks), players.get("agent"), "head to head")
+    try:
+        if jobs <= 1:
+            for who, opp, deals in tasks:
+                out[who, opp] = deal_diffs(game, players[who], players.get(opp, opp), 2 * deals, seed=seed,
+                                           worlds=worlds, bar=bar)
+            return {k: (v[0], int(v[1])) for k, v in out.items()}
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
+        chunks = []
+        for who, opp, deals in tasks:
+            size = max(1, math.ceil(deals / (4 * jobs)))
+            chunks += [(who, opp, lo, min(deals, lo + size)) for lo in range(0, deals, size)]
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(jobs, len(chunks)), mp_context=ctx, initializer=_worker_init,
+                                 initargs=init) as ex:
+            futures = {ex.submit(_worker_play, who, opp, lo, hi, seed, worlds): (who, opp, lo, hi)
+                       for who, opp, lo, hi in chunks}
+            for f in as_completed(futures):
+                who, opp, lo, hi = futures[f]
+                try:
+                    d, c = f.result()
+                except BrokenProcessPool as e:
+                    ex.shutdown(wait=False, cancel_futures=True)
+                    raise RuntimeError(f"a worker process died before deals {seed + lo}..{seed + hi - 1} of "
+                                       f"{who} against {opp} were finished: {e}; no result is reported") from None
+                out[who, opp][0][2 * lo:2 * hi] = d
+                out[who, opp][1] += c
+                if bar is not None:
+                    bar.update(2 * (hi - lo))
+        return {k: (v[0], int(v[1])) for k, v in out.items()}
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 # --------------------------------------------------------------------------

@@ -193,6 +193,31 @@ def test_cli_head_to_head_and_baseline(tmp_path):
     assert d[f"baseline_vs_run:{b}_margin"] == 0 and d[f"baseline_vs_run:{b}_win_rate"] == 0.5
 
 
+def test_cli_processes_play_the_same_deals_and_replays_are_saved(tmp_path):
+    """--jobs 2 splits every match's deals over two processes, which rebuild
+    the agent, the baseline and the sides from their specs: with
+    deterministic players, the same figures as one process. Head-to-head
+    games are saved as replays like the bots' (each move checked)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _save_run(a, 1)
+    _save_run(b, 7)
+    args = [str(a), "--greedy", "--games", "8", "--json", "--opponent", f"heuristic,run:{b},search:worlds=2",
+            "--baseline", f"{b}:current-greedy"]
+    outs = []
+    for jobs in ("1", "2"):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert eval_main([*args, "--jobs", jobs]) == 0
+        outs.append(json.loads(buf.getvalue()))
+    assert outs[0] == outs[1] and outs[0]["diff_vs_search:worlds=2_deals"] == 4
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()) as err:
+        assert eval_main([str(a), "--games", "4", "--opponent", f"run:{b},search:worlds=2", "--save-games", "3",
+                          "--save-dir", str(tmp_path / "replays")]) == 0
+    assert "saved 6 replays" in err.getvalue()
+    assert len(list((tmp_path / "replays").glob("*.jsonl"))) == 6
+
+
 def test_cli_bad_specs_are_one_line_errors(tmp_path):
     a = tmp_path / "a"
     _save_run(a, 1)
