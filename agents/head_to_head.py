@@ -23,8 +23,9 @@ Sides (what --opponent and --baseline name, besides the bots):
                                 has no net (heuristic playouts). A first item
                                 without '=' is its source: a run or checkpoint
                                 (the blueprint, policy=KIND picks its read-out;
-                                unset settings from BLUEPRINT_DEFAULTS), or
-                                heuristic / random playouts:
+                                unset settings from BLUEPRINT_DEFAULTS), prior
+                                (the evaluated run's prior as the blueprint),
+                                or heuristic / random playouts:
                                 search:runs/a,worlds=64,topk=4.
 In a comma-separated list an item of the form key=value continues the
 search: spec before it; every other item starts a new opponent. Loaded sides

@@ -282,11 +282,12 @@ def test_prior_survives_resume_and_is_played_in_run(tmp_path):
     # "what did training add after the warm start": one command each way
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert eval_main([str(run_dir), "--games", "2", "--json", "--opponent", "prior,heuristic",
+        assert eval_main([str(run_dir), "--games", "2", "--json", "--opponent", "prior,heuristic,search:prior,worlds=4",
                           "--baseline", "prior"]) == 0
     d = json.loads(buf.getvalue())
     assert d["iteration"] == 2 and "prior.pt" in d["baseline"]
     assert d["diff_vs_heuristic_deals"] == 1 and "diff_vs_prior_margin" in d
+    assert d["vs_search:prior,worlds=4_games"] == 2
     from trainer.plot import learning_panels
     keys = [k for panel in learning_panels(lines) for k, _, _ in panel[4]]
     assert "vs_prior_margin" in keys and "vs_prior_win_rate" in keys
