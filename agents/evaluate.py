@@ -210,7 +210,7 @@ def build_parser():
                          "a path may hold ':' but not ','), prior (this run's warm-start prior, "
                          "checkpoints/prior.pt), search:SETTINGS (the search player with agents.search's "
                          "settings, e.g. search:worlds=64,topk=4: no net, heuristic playouts; a first item "
-                         "without '=' is a blueprint run: search:RUN,worlds=64,topk=4). In the list, an item "
+                         "without '=' is a blueprint run or prior: search:RUN,worlds=64,topk=4). In the list, an item "
                          "key=value continues the search: before it")
     ap.add_argument("--baseline", default=None, metavar="OTHER[:POLICY]",
                     help="Lost Cities: a second agent (a run or checkpoint, prior, run:..., search:...) that "
