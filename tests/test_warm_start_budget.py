@@ -146,3 +146,19 @@ def test_budgeted_run_records_its_games_and_prints_plain_progress(tmp_path):
         assert len(lines) >= 2 and " done: " in lines[-1] and "steps" in lines[-1]
     assert any(line.startswith("[iter 1 traverse p0] done: 40/40 travs (100%) in ") for line in err)
     assert any(line.startswith("[iter 1 train strategy] done: 5/5 steps (100%)") for line in err)
+
+
+def test_make_train_runs_the_quick_config_with_every_phase_budgeted():
+    """`make train` is configs/quick.yaml: a lookahead prior budgeted by wall
+    clock, a time limit, and a final 400-game evaluation against the
+    heuristic; its summary names the full hour's command. (How strong it
+    ends is a benchmark, not a test: see the README's figures.)"""
+    make = (ROOT / "Makefile").read_text()
+    target = make[make.index("\ntrain:"):].split("\n")[2]
+    assert target.strip() == "$(PYTHON) -m trainer --config configs/quick.yaml"
+    cfg = load_config(ROOT / "configs" / "quick.yaml")
+    tr = cfg.train
+    assert tr.warm_start_worlds > 0 and tr.warm_start_budget_s > 0 and tr.warm_start_pretrain_budget_s > 0
+    assert 0 < tr.warm_start_budget_s + tr.warm_start_pretrain_budget_s < tr.time_limit_s < 600
+    assert cfg.eval.lc_games == 400 and "heuristic" in cfg.eval.opponents
+    assert "python -m trainer --config configs/lost_cities_cpu.yaml" in cfg.run.summary_note

@@ -213,8 +213,9 @@ class Trainer:
         if bar is not None:
             bar.close()
         games = stats["games"]
-        self.warm_start_info = {"warm_start_games_labelled": games, "warm_start_decisions": len(strat["weight"]),
-                                "warm_start_label_s": stats["seconds"]}
+        self.warm_start_info = {"warm_start_games_labelled": games, "warm_start_decisions": len(strat["weight"])}
+        if not stats["cached"]:
+            self.warm_start_info["warm_start_label_s"] = stats["seconds"]
         stopped = f" (the budget of {tr.warm_start_budget_s:g} s stopped it)" if stats["budget_hit"] else ""
         self.log(f"warm-start rows: {len(strat['weight'])} decisions of {games} games labelled by "
                  f"{teacher}, " + (f"read back from {cache}" if stats["cached"] else
