@@ -122,7 +122,8 @@ def test_budgeted_run_records_its_games_and_prints_plain_progress(tmp_path):
     games = m["warm_start_games_labelled"]
     assert 0 < games < 1_000_000 and m["warm_start_decisions"] > games
     assert m["warm_start_label_s"] < 2 + 20
-    assert 0 < m["warm_start_pretrain_steps"] < 1_000_000 and m["warm_start_pretrain_s"] < 1.5 + 20
+    steps = [m[f"warm_start_pretrain_steps_{name}"] for name in ("adv0", "adv1", "strategy")]
+    assert all(0 < n < 1_000_000 for n in steps) and m["warm_start_pretrain_s"] < 1.5 + 20
     assert f"decisions of {games} games labelled by a 2-world lookahead, in " in r.stdout
     assert "(the budget of 2 s stopped it)" in r.stdout
     # the rows kept on disk are the games counted
@@ -133,7 +134,8 @@ def test_budgeted_run_records_its_games_and_prints_plain_progress(tmp_path):
     tail = out[len(out) - out[::-1].index(""):]
     assert tail[0].startswith("done: iteration 1 of 1, wall time ")
     assert tail[1].startswith(f"warm start: {games} games labelled by a 2-world lookahead in ")
-    assert "steps per net in " in tail[1]
+    assert f", then {'/'.join(map(str, steps))} steps (adv0/adv1/strategy) in " in tail[1] or \
+        f", then {steps[0]} steps per net in " in tail[1]
     assert "the full hour: python -m trainer --config configs/lost_cities_cpu.yaml" in tail
     # progress off a terminal: plain lines, several per phase at this period, one at each phase's end
     for stream in (r.stdout, r.stderr):

@@ -249,7 +249,9 @@ class Trainer:
             if bar is not None:
                 bar.close()
             steps.append(done.get("steps", 0))
-        self.warm_start_info.update(warm_start_pretrain_steps=min(steps), warm_start_pretrain_s=time.monotonic() - t1)
+        self.warm_start_info.update({f"warm_start_pretrain_steps_{name}": n
+                                     for name, n in zip(("adv0", "adv1", "strategy"), steps)})
+        self.warm_start_info["warm_start_pretrain_s"] = time.monotonic() - t1
         per_net = f"{steps[0]} steps per net" if len(set(steps)) == 1 else f"{'/'.join(map(str, steps))} steps"
         self.log(f"warm start: {len(adv[0]['weight']) + len(adv[1]['weight'])} decisions from "
                  f"{games} games, {per_net} "
@@ -617,8 +619,10 @@ def _warm_start_line(m, cfg):
     text = f"warm start: {m['warm_start_games_labelled']} games labelled by {teacher}"
     if m.get("warm_start_label_s") is not None:
         text += f" in {_duration(m['warm_start_label_s'])}"
-    if m.get("warm_start_pretrain_steps") is not None:
-        text += f", then {m['warm_start_pretrain_steps']} steps per net"
+    steps = [m.get(f"warm_start_pretrain_steps_{name}") for name in ("adv0", "adv1", "strategy")]
+    if None not in steps:
+        text += (f", then {steps[0]} steps per net" if len(set(steps)) == 1
+                 else f", then {'/'.join(map(str, steps))} steps (adv0/adv1/strategy)")
         if m.get("warm_start_pretrain_s") is not None:
             text += f" in {_duration(m['warm_start_pretrain_s'])}"
     return text
