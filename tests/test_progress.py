@@ -62,3 +62,20 @@ def test_the_stream_decides_bar_or_lines(monkeypatch):
 
 def test_duration():
     assert duration(4.25) == "4.2s" and duration(61) == "1m 01s" and duration(3725) == "1h 02m 05s"
+
+
+def test_a_budget_bounds_the_time_left_and_hides_a_total_it_will_not_reach():
+    out, clock = io.StringIO(), Clock()
+    bar = PlainProgress(total=100_000, desc="label", unit="game", stream=out, interval=30, clock=clock, budget_s=240)
+    clock.now += 60
+    bar.update(200)                 # at this rate the cap is far beyond the budget
+    clock.now += 200
+    bar.update(600)
+    bar.close()
+    bar = PlainProgress(total=1000, desc="pretrain", unit="step", stream=out, interval=30, clock=clock, budget_s=40)
+    clock.now += 30
+    bar.update(900)                 # will reach its total within the budget
+    assert out.getvalue().splitlines() == ["[label] 200 games in 1m 00s, ~3m 00s left",
+                                           "[label] 800 games in 4m 20s, ~0.0s left",
+                                           "[label] done: 800 games in 4m 20s",
+                                           "[pretrain] 900/1000 steps (90%) in 30.0s, ~3.3s left"]

@@ -142,7 +142,7 @@ def test_budgeted_run_records_its_games_and_prints_plain_progress(tmp_path):
         assert "\r" not in stream
     err = r.stderr.splitlines()
     label = [line for line in err if line.startswith("[warm start: label (a 2-world lookahead, budget 2 s)] ")]
-    assert len(label) >= 3 and label[-1].startswith(f"[warm start: label (a 2-world lookahead, budget 2 s)] done: {games}/")
+    assert len(label) >= 3 and label[-1].startswith(f"[warm start: label (a 2-world lookahead, budget 2 s)] done: {games} games in ")
     for name in ("adv0", "adv1", "strategy"):
         lines = [line for line in err if line.startswith(f"[warm start: pretrain {name}] ")]
         assert len(lines) >= 2 and " done: " in lines[-1] and "steps" in lines[-1]

@@ -96,17 +96,22 @@ class PlainProgress:
     def _line(self, now, prefix):
         self.last_line = now
         elapsed = now - self.start
-        count = f"{self.n}/{self.total}" if self.total else f"{self.n}"
-        unit = self.unit if self.unit.endswith("s") or (self.total or self.n) == 1 else self.unit + "s"
+        total = self.total
+        if total and self.budget_s and self.n < total and (self.n == 0 or elapsed * total / self.n > self.budget_s):
+            total = None        # the budget ends the phase first: the total is only a cap
+        count = f"{self.n}/{total}" if total else f"{self.n}"
+        unit = self.unit if self.unit.endswith("s") or (total or self.n) == 1 else self.unit + "s"
         text = f"[{self.desc}] {prefix}{count} {unit}"
-        if self.total:
-            text += f" ({100 * self.n / self.total:.0f}%)"
+        if total:
+            text += f" ({100 * self.n / total:.0f}%)"
         text += f" in {duration(elapsed)}"
         if not prefix and self.total and 0 < self.n < self.total:
             left = elapsed * (self.total - self.n) / self.n
             if self.budget_s:
                 left = max(0.0, min(left, self.budget_s - elapsed))
             text += f", ~{duration(left)} left"
+        elif not prefix and self.budget_s:
+            text += f", ~{duration(max(0.0, self.budget_s - elapsed))} left"
         try:
             print(text, file=self.stream, flush=True)
         except (OSError, ValueError):    # a closed or broken stream must not stop the run
