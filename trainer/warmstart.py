@@ -21,6 +21,10 @@ The nets are then trained on those rows, so the first traversals already
 play the teacher, and CFR's sampled regrets take over as they accumulate
 (or, with a lasting prior, make up the rest of every batch).
 
+A wall-clock budget (train.warm_start_budget_s) can end the labelling
+early: the games finished by then are the rows, so a slower box gets fewer
+games in the same minutes instead of more minutes.
+
 The heuristic is used here as a starting point and as the playout policy
 only; nothing in training treats it as the opponent to beat.
 """
