@@ -96,15 +96,14 @@ def duplicate_match(game, agent, opponent, games, seed=0, worlds=16, progress=Fa
     return match_summary(diffs, capped)
 
 
-def _match_bar(progress, total, agent, opponent):
-    if not progress:
+def _match_bar(show, total, agent, opponent):
+    """A match's progress (agents.progress: a bar on a terminal, plain lines
+    elsewhere), or None when `show` is off."""
+    if not show:
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
+    from agents.progress import progress
     name = opponent if isinstance(opponent, str) else type(opponent).__name__
-    return tqdm(total=total, desc=f"{getattr(agent, 'name', 'agent')} vs {name}", leave=False)
+    return progress(total=total, desc=f"{getattr(agent, 'name', 'agent')} vs {name}", unit="game")
 
 
 def play_deals(game, agent, opponent, deal_ids, seed=0, worlds=16, bar=None, record=None):

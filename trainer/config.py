@@ -2,6 +2,7 @@
 `--set section.key=value` overrides. Unknown keys and values of the wrong type
 are rejected with a message that names them."""
 import dataclasses
+import math
 import re
 import typing
 from dataclasses import dataclass, field
@@ -79,6 +80,10 @@ class TrainSection:
     """Share of warm-start moves played uniformly at random (still labelled with the teacher's move), so the prior also covers states off the teacher's path."""
     warm_start_procs: int = 1
     """Processes that play the warm-start games (0: one per CPU core). The rows do not depend on it."""
+    warm_start_budget_s: float = 0.0
+    """Wall-clock budget of the warm start's labelling, in seconds (0 = none): no game starts once it is spent and the game in play is dropped, so the prior holds the games finished in time, at most warm_start_games. A run then lasts about as long on a slower box, with fewer labelled games (metrics.jsonl's warm_start_games_labelled says how many)."""
+    warm_start_pretrain_budget_s: float = 0.0
+    """Wall-clock budget of the warm start's pretraining, in seconds (0 = none): each of the three nets stops after warm_start_steps or a third of this, whichever comes first."""
     warm_start_share: float = 0.0
     """0: the warm-start rows sit in the memories and fade as linear CFR's weights grow. In (0, 1): they stay apart and make up this share of every advantage and strategy batch for the whole run (a lasting prior)."""
 
@@ -160,7 +165,9 @@ class RunSection:
     tensorboard: bool = True
     """Write TensorBoard scalars to RUN_DIR/tb."""
     progress: bool = True
-    """tqdm progress bars."""
+    """Progress: tqdm bars on a terminal, a plain line about every 30 s (DEEPCFR_PROGRESS_S) and at each phase's end elsewhere."""
+    summary_note: str = ""
+    """Lines printed at the end of the final summary (what the run is for, what to run next)."""
 
 
 @dataclass
@@ -318,6 +325,10 @@ def validate(cfg):
         ("train.warm_start_worlds", cfg.train.warm_start_worlds >= 0),
         ("train.warm_start_explore", 0.0 <= cfg.train.warm_start_explore < 1.0),
         ("train.warm_start_procs", cfg.train.warm_start_procs >= 0),
+        ("train.warm_start_budget_s", math.isfinite(cfg.train.warm_start_budget_s) and cfg.train.warm_start_budget_s >= 0),
+        ("train.warm_start_pretrain_budget_s", math.isfinite(cfg.train.warm_start_pretrain_budget_s)
+         and cfg.train.warm_start_pretrain_budget_s >= 0),
+        ("train.time_limit_s", math.isfinite(cfg.train.time_limit_s) and cfg.train.time_limit_s >= 0),
         ("eval.every", cfg.eval.every >= 0),
         ("eval.lc_games", cfg.eval.lc_games >= 0),
         ("eval.opponents", all(o in ("random", "heuristic", "cautious") for o in cfg.eval.opponents)),
@@ -340,6 +351,10 @@ def validate(cfg):
     if cfg.train.warm_start_games > 0 and cfg.game.name != "lost_cities":
         raise ConfigError(f"config train.warm_start_games: {cfg.game.name} has no rule-based policy to "
                           "warm-start from (lost_cities has)")
+    for key in ("warm_start_budget_s", "warm_start_pretrain_budget_s"):
+        if getattr(cfg.train, key) > 0 and cfg.train.warm_start_games == 0:
+            raise ConfigError(f"config train.{key}: a warm-start budget needs train.warm_start_games > 0 "
+                              "(the most games to label)")
     if cfg.train.augment_colours and cfg.game.name != "lost_cities":
         raise ConfigError(f"config train.augment_colours: colour renaming is a lost_cities symmetry; "
                           f"{cfg.game.name} has none")

@@ -6,6 +6,8 @@ w_i being the iteration that produced sample i.
 Strategy net: weighted cross-entropy between the sampled policy and the
 softmax of the net's logits over the legal actions.
 """
+import time
+
 import numpy as np
 import torch
 
@@ -38,20 +40,24 @@ def strategy_loss(net, info, target, mask, weight):
 
 
 def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, grad_clip=1.0, progress=None,
-              cosine_decay=False, augment=None):
+              cosine_decay=False, augment=None, deadline=None, stats=None):
     """`steps` Adam steps on minibatches from `memory`; returns the mean loss
     of the last tenth of the steps (or None if the memory is empty). With
     cosine_decay the learning rate falls from its set value to 0 over the
     steps (and is restored afterwards). `augment(batch, rng)`, if given,
     transforms each minibatch before the step (trainer.symmetry.ColourAugment):
     a dict of numpy arrays when training on the CPU, of tensors already on
-    `device` otherwise."""
+    `device` otherwise. deadline: a time.monotonic() at which the steps
+    stop early (the cosine schedule still spans `steps`). stats: a dict that
+    gets "steps", the steps taken."""
     if memory.size == 0 or steps == 0:
         return None
     net.train()
     losses = []
     base_lrs = [g["lr"] for g in optimizer.param_groups]
     for step in range(steps):
+        if deadline is not None and step > 0 and time.monotonic() >= deadline:
+            break
         if cosine_decay:
             factor = 0.5 * (1.0 + np.cos(np.pi * step / steps))
             for g, lr in zip(optimizer.param_groups, base_lrs):
@@ -69,5 +75,7 @@ def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, g
     for g, lr in zip(optimizer.param_groups, base_lrs):
         g["lr"] = lr
     net.eval()
+    if stats is not None:
+        stats["steps"] = len(losses)
     tail = losses[-max(1, len(losses) // 10):]
     return float(np.mean(tail))

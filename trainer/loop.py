@@ -31,11 +31,7 @@ from trainer.jobs import Job, JobServer
 from trainer.launcher import LocalServices
 from trainer.learn import advantage_loss, strategy_loss, train_net
 from trainer.memory import MergingMemory, ReservoirMemory
-
-try:
-    from tqdm import tqdm
-except ImportError:  # pragma: no cover
-    tqdm = None
+from agents.progress import progress
 
 STRATEGY_MODEL = 2
 
@@ -196,24 +192,33 @@ class Trainer:
         (warm_start_share 0) or kept apart as a lasting prior; then, at the
         start of a run, every net is pretrained on them. A lasting prior's
         rows are saved in the run directory (warm_start_rows.npz), and a
-        resumed run reads them back."""
+        resumed run reads them back. Returns the warm start's metrics
+        (warm_start_games_labelled and its times) for metrics.jsonl."""
         from trainer.warmstart import PriorMix, heuristic_rows, save_prior, teacher_name
         tr = self.cfg.train
         t0 = time.monotonic()
         teacher = teacher_name(tr)
-        bar = self._bar(total=tr.warm_start_games, desc=f"warm start ({teacher})", unit="game")
+        budget = f", budget {tr.warm_start_budget_s:g} s" if tr.warm_start_budget_s > 0 else ""
+        bar = self._bar(total=tr.warm_start_games, desc=f"warm start: label ({teacher}{budget})", unit="game",
+                        budget_s=tr.warm_start_budget_s or None)
         # a lasting prior is kept on disk, so that a resumed run reads it back instead of playing it again
         cache = self.run_dir / "warm_start_rows.npz" if tr.warm_start_share > 0 else None
-        stamp = cache.stat().st_mtime_ns if cache is not None and cache.exists() else None
+        stats = {}
         adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=(self.cfg.run.seed + 1) * 1000003,
                                     advantage=tr.warm_start_advantage, worlds=tr.warm_start_worlds,
                                     explore=tr.warm_start_explore, procs=tr.warm_start_procs or os.cpu_count() or 1,
-                                    progress=None if bar is None else bar.update, cache=cache)
+                                    progress=None if bar is None else bar.update, cache=cache,
+                                    budget_s=tr.warm_start_budget_s, stats=stats)
         if bar is not None:
             bar.close()
-        reused = stamp is not None and cache.stat().st_mtime_ns == stamp
-        self.log(f"warm-start rows: {len(strat['weight'])} decisions of {tr.warm_start_games} games labelled by "
-                 f"{teacher}, " + (f"read back from {cache}" if reused else f"in {time.monotonic() - t0:.0f} s"))
+        games = stats["games"]
+        self.warm_start_info = {"warm_start_games_labelled": games, "warm_start_decisions": len(strat["weight"])}
+        if not stats["cached"]:
+            self.warm_start_info["warm_start_label_s"] = stats["seconds"]
+        stopped = f" (the budget of {tr.warm_start_budget_s:g} s stopped it)" if stats["budget_hit"] else ""
+        self.log(f"warm-start rows: {len(strat['weight'])} decisions of {games} games labelled by "
+                 f"{teacher}, " + (f"read back from {cache}" if stats["cached"] else
+                                   f"in {stats['seconds']:.0f} s{stopped}"))
         if tr.warm_start_share > 0:
             self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
             memories = {f"adv{p}": PriorMix(self.adv_mem[p], adv[p], tr.warm_start_share) for p in (0, 1)}
@@ -226,18 +231,34 @@ class Trainer:
             self.strat_mem.add(strat)
             memories = {"adv0": self.adv_mem[0], "adv1": self.adv_mem[1], "strategy": self.strat_mem}
         if not pretrain:
-            self.log(f"warm-start prior: {tr.warm_start_games} games labelled by {teacher}, share {tr.warm_start_share:g}")
-            return
-        losses = [train_net(self.nets[name], memories[name], tr.warm_start_steps, tr.batch_size,
-                            self.optimizers[name], self.device, self.np_rng,
-                            strategy_loss if name == "strategy" else advantage_loss, tr.grad_clip,
-                            augment=self.augment)
-                  for name in ("adv0", "adv1", "strategy")]
+            self.log(f"warm-start prior: {games} games labelled by {teacher}, share {tr.warm_start_share:g}")
+            return self.warm_start_info
+        t1 = time.monotonic()
+        losses, steps = [], []
+        for i, name in enumerate(("adv0", "adv1", "strategy")):
+            # a pretraining budget is shared out evenly: each net gets a third of it
+            deadline = t1 + (i + 1) * tr.warm_start_pretrain_budget_s / 3 if tr.warm_start_pretrain_budget_s > 0 else None
+            bar = self._bar(total=tr.warm_start_steps, desc=f"warm start: pretrain {name}", unit="step",
+                            budget_s=None if deadline is None else deadline - time.monotonic())
+            done = {}
+            losses.append(train_net(self.nets[name], memories[name], tr.warm_start_steps, tr.batch_size,
+                                    self.optimizers[name], self.device, self.np_rng,
+                                    strategy_loss if name == "strategy" else advantage_loss, tr.grad_clip,
+                                    bar, augment=self.augment, deadline=deadline, stats=done))
+            if bar is not None:
+                bar.close()
+            steps.append(done.get("steps", 0))
+        self.warm_start_info.update({f"warm_start_pretrain_steps_{name}": n
+                                     for name, n in zip(("adv0", "adv1", "strategy"), steps)})
+        self.warm_start_info["warm_start_pretrain_s"] = time.monotonic() - t1
+        per_net = f"{steps[0]} steps per net" if len(set(steps)) == 1 else f"{'/'.join(map(str, steps))} steps"
         self.log(f"warm start: {len(adv[0]['weight']) + len(adv[1]['weight'])} decisions from "
-                 f"{tr.warm_start_games} games, {tr.warm_start_steps} steps per net "
-                 f"(losses {', '.join(f'{x:.4g}' for x in losses)}) in {time.monotonic() - t0:.0f} s"
+                 f"{games} games, {per_net} "
+                 f"(losses {', '.join('-' if x is None else f'{x:.4g}' for x in losses)}) in "
+                 f"{time.monotonic() - t0:.0f} s"
                  + (f"; kept as {tr.warm_start_share:g} of every batch" if tr.warm_start_share > 0 else ""))
         save_prior(self.run_dir, self.cfg, self.nets)     # the run's prior, for head-to-head evaluation
+        return self.warm_start_info
 
     def _memory(self, name):
         """What a net trains on: its memory, mixed with the warm-start prior if one is kept."""
@@ -312,10 +333,12 @@ class Trainer:
             for k, net in nets.items():
                 net.to(self.device)
 
-    def _bar(self, **kw):
-        if tqdm is None or not self.cfg.run.progress:
+    def _bar(self, total=None, desc="", unit="it", budget_s=None):
+        """A tqdm bar on a terminal, plain lines every ~30 s elsewhere (agents/progress.py); None with
+        run.progress off."""
+        if not self.cfg.run.progress:
             return None
-        return tqdm(leave=False, dynamic_ncols=True, **kw)
+        return progress(total=total, desc=desc, unit=unit, budget_s=budget_s)
 
     # ---- checkpoint
     def save(self, t):
@@ -360,8 +383,9 @@ class Trainer:
                 self.log("tensorboard is not installed: no TensorBoard scalars")
         t_start = time.monotonic()
         last_metrics = {}
+        warm = {}       # the warm start's figures, for the first metrics line and the summary
         if cfg.train.warm_start_games > 0 and (self.start_iteration == 1 or cfg.train.warm_start_share > 0):
-            self._warm_start(pretrain=self.start_iteration == 1)
+            warm = self._warm_start(pretrain=self.start_iteration == 1)
         try:
             services = LocalServices(cfg, self.run_dir, server.endpoint, log=self.log)
             services.on_worker_death = server.worker_died
@@ -377,7 +401,7 @@ class Trainer:
                           "seed": cfg.run.seed}
             t = self.start_iteration - 1
             for t in range(self.start_iteration, cfg.train.iterations + 1):
-                m = {"iteration": t}
+                m = {"iteration": t, **(warm if t == self.start_iteration else {})}
                 batcher_rows = batcher_shm = 0
                 for p in (0, 1):
                     if self.sdcfr is not None:
@@ -421,6 +445,9 @@ class Trainer:
                     m["time_strategy_s"] = time.monotonic() - t0
                 if do_eval:
                     t0 = time.monotonic()
+                    if cfg.run.progress and self.game.name == "lost_cities":
+                        self.log(f"iter {t}: evaluating, {cfg.eval.lc_games} games against each of "
+                                 f"{', '.join(cfg.eval.opponents)}")
                     m.update(self._evaluate(t, first, last))
                     m["time_eval_s"] = time.monotonic() - t0
                 m["requeued_jobs"] = self.counters["requeued_jobs"]
@@ -440,7 +467,7 @@ class Trainer:
                     self.log(f"checkpoint {path}")
                 if last:
                     break
-            return last_metrics
+            return {**warm, **last_metrics} if last_metrics else last_metrics
         finally:
             metrics_f.close()
             if tb is not None:
@@ -572,13 +599,33 @@ def final_summary(metrics, run_dir, cfg, first_iteration):
         lines.append(f"done: {span} of {planned}{why}, "
                      f"wall time {_duration(metrics.get('wall_s', 0.0))}, {cfg.game.name}")
         more = planned * 2 if last >= planned else planned
-        lines += _evaluation_lines(metrics, SUMMARY_MAX_LINES - 5)
+        if metrics.get("warm_start_games_labelled"):
+            lines.append(_warm_start_line(metrics, cfg))
+        note = cfg.run.summary_note.strip().splitlines() if cfg.run.summary_note.strip() else []
+        lines += _evaluation_lines(metrics, SUMMARY_MAX_LINES - 4 - len(lines) - len(note))
+        lines += note
     resume = f"python -m trainer --resume {run}" + (f" --set train.iterations={more}" if more != planned else "")
     lines += [f"run dir   {run_dir}  (every metric: {shlex.quote(str(Path(run_dir) / 'metrics.jsonl'))})",
               f"evaluate  python -m agents.evaluate {run}",
               f"plot      python -m trainer.plot {run}",
               f"resume    {resume}"]
     return "\n".join(lines)
+
+
+def _warm_start_line(m, cfg):
+    """The summary's line on the warm start: games, teacher, pretraining."""
+    tr = cfg.train
+    teacher = f"a {tr.warm_start_worlds}-world lookahead" if tr.warm_start_worlds else "the heuristic"
+    text = f"warm start: {m['warm_start_games_labelled']} games labelled by {teacher}"
+    if m.get("warm_start_label_s") is not None:
+        text += f" in {_duration(m['warm_start_label_s'])}"
+    steps = [m.get(f"warm_start_pretrain_steps_{name}") for name in ("adv0", "adv1", "strategy")]
+    if None not in steps:
+        text += (f", then {steps[0]} steps per net" if len(set(steps)) == 1
+                 else f", then {'/'.join(map(str, steps))} steps (adv0/adv1/strategy)")
+        if m.get("warm_start_pretrain_s") is not None:
+            text += f" in {_duration(m['warm_start_pretrain_s'])}"
+    return text
 
 
 def _evaluation_lines(m, budget):

@@ -21,6 +21,10 @@ The nets are then trained on those rows, so the first traversals already
 play the teacher, and CFR's sampled regrets take over as they accumulate
 (or, with a lasting prior, make up the rest of every batch).
 
+A wall-clock budget (train.warm_start_budget_s) can end the labelling
+early: the games finished by then are the rows, so a slower box gets fewer
+games in the same minutes instead of more minutes.
+
 The heuristic is used here as a starting point and as the playout policy
 only; nothing in training treats it as the opponent to beat.
 """
@@ -33,12 +37,15 @@ def teacher_name(tr):
             + (f", {tr.warm_start_explore:g} random moves" if tr.warm_start_explore else ""))
 
 
-def _play(name, params, seeds, worlds, explore, progress=None):
-    """Self-play of the deals `seeds`: {player: (info uint8 [n, T], mask
-    uint8 [n, A], label int64 [n])}. A game's exploration draws are seeded
-    by its deal, the teacher's by what it sees at each decision
-    (SearchPlayer.decision_rng), so any split of the deals over processes
-    gives the same rows."""
+def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
+    """Self-play of the deals `seeds`: ({player: (info uint8 [n, T], mask
+    uint8 [n, A], label int64 [n])}, games finished). A game's exploration
+    draws are seeded by its deal, the teacher's by what it sees at each
+    decision (SearchPlayer.decision_rng), so any split of the deals over
+    processes gives the same rows. deadline: a time.time() after which no
+    game starts and the game in progress is dropped, so the games kept are
+    a prefix of `seeds`, each whole."""
+    import time
     import engine
     game = engine.load_game(name, **params)
     teacher = None
@@ -47,20 +54,32 @@ def _play(name, params, seeds, worlds, explore, progress=None):
         teacher = SearchPlayer(game, worlds=worlds)
     T, A = game.information_state_tensor_size(), game.num_distinct_actions()
     info, mask, act = {0: [], 1: []}, {0: [], 1: []}, {0: [], 1: []}
+    finished = 0
     for seed in seeds:
+        if deadline is not None and time.time() >= deadline:
+            break
         key = int(seed) & 0xFFFFFFFFFFFF
         rng = np.random.default_rng([key, 0x7EAC])
         state = game.new_initial_state(seed=seed)
+        rows = {0: [], 1: []}
         while not state.is_terminal():
+            if deadline is not None and time.time() >= deadline:
+                break
             p = state.current_player()
             m = state.legal_actions_mask()
             a = game.heuristic_action(state) if teacher is None else teacher.step(state)
-            info[p].append(state.information_state_tensor(p))
-            mask[p].append(m)
-            act[p].append(a)
+            rows[p].append((state.information_state_tensor(p), m, a))
             if explore > 0 and rng.random() < explore:
                 a = int(rng.choice(np.flatnonzero(m)))
             state.apply_action(a)
+        if not state.is_terminal():
+            break                       # the budget ran out mid-game: the game is not kept
+        for p in (0, 1):
+            for i, m, a in rows[p]:
+                info[p].append(i)
+                mask[p].append(m)
+                act[p].append(a)
+        finished += 1
         if progress is not None:
             progress(1)
     out = {}
@@ -71,7 +90,7 @@ def _play(name, params, seeds, worlds, explore, progress=None):
         if not np.array_equal(u, i):
             raise ValueError("warm start: an info-state entry is not an exact uint8")
         out[p] = (u, np.asarray(mask[p], dtype=np.uint8).reshape(n, A), np.asarray(act[p], dtype=np.int64))
-    return out
+    return out, finished
 
 
 def _play_chunk(args):
@@ -79,24 +98,27 @@ def _play_chunk(args):
 
 
 def _read_cache(path, meta):
-    """The parts saved at `path` if it holds rows made with `meta`, else None."""
+    """(parts, deals) saved at `path` if it holds rows made with `meta`, else None."""
     import json
     import zipfile
     try:
         with np.load(path) as z:
             if json.loads(str(z["meta"])) != meta:
                 return None
-            return [{p: (z[f"info{p}"], z[f"mask{p}"], z[f"act{p}"]) for p in (0, 1)}]
+            deals = ([int(d) for d in z["deals"]] if "deals" in z.files
+                     else list(range(meta["seed"], meta["seed"] + meta["games"])))
+            return [{p: (z[f"info{p}"], z[f"mask{p}"], z[f"act{p}"]) for p in (0, 1)}], deals
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
         return None
 
 
-def _write_cache(path, meta, parts):
+def _write_cache(path, meta, parts, deals):
     """Save the labelled decisions (not the targets, which follow from them)
-    atomically: a crash mid-write leaves no half file under `path`."""
+    and the deals of their games, atomically: a crash mid-write leaves no
+    half file under `path`."""
     import json
     import os
-    arrays = {"meta": np.array(json.dumps(meta))}
+    arrays = {"meta": np.array(json.dumps(meta)), "deals": np.asarray(deals, dtype=np.int64)}
     for p in (0, 1):
         for i, name in enumerate(("info", "mask", "act")):
             arrays[f"{name}{p}"] = np.concatenate([part[p][i] for part in parts])
@@ -106,8 +128,43 @@ def _write_cache(path, meta, parts):
     os.replace(tmp, path)
 
 
+def _play_parallel(name, params, seeds, worlds, explore, procs, progress, deadline):
+    """_play's chunks of `seeds` over `procs` spawned processes: (the chunks'
+    parts in seed order, the deals of the games finished in that order).
+    Chunks are handed out a few at a time, and none after the deadline."""
+    import multiprocessing as mp
+    import time
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    games = len(seeds)
+    # small chunks under a budget: a chunk's games are a prefix of it, and the processes stay busy to the end
+    size = max(1, min(25 if deadline is None else 4, games // procs))
+    chunks = [seeds[i:i + size] for i in range(0, games, size)]
+    parts = [None] * len(chunks)
+    kept = [[] for _ in chunks]
+    # spawn: the trainer holds torch's threads, which a fork would copy in a bad state
+    with ProcessPoolExecutor(procs, mp_context=mp.get_context("spawn")) as pool:
+        pending, todo = {}, iter(enumerate(chunks))
+        while True:
+            while len(pending) < 2 * procs and (deadline is None or time.time() < deadline):
+                nxt = next(todo, None)
+                if nxt is None:
+                    break
+                k, chunk = nxt
+                pending[pool.submit(_play_chunk, (name, params, chunk, worlds, explore, None, deadline))] = k
+            if not pending:
+                break
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                k = pending.pop(f)
+                parts[k], n = f.result()
+                kept[k] = chunks[k][:n]
+                if progress is not None and n:
+                    progress(n)
+    return [part for part in parts if part is not None], [d for k in kept for d in k]
+
+
 def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress=None, procs=1,
-                   cache=None):
+                   cache=None, budget_s=0.0, stats=None):
     """({player: advantage rows}, strategy rows) of `games` self-play games
     from deals seed, seed + 1, ... Rows are dicts of info (uint8), target
     (float32), mask (uint8) and weight (float32, all 1).
@@ -124,41 +181,56 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     rows do not depend on it). progress: called with the number of games
     just finished. cache: a file path; rows saved there with the same game,
     deals and teacher are read back instead of played again (a resumed run
-    need not repeat a lookahead warm start), and rows played are saved."""
+    need not repeat a lookahead warm start), and rows played are saved.
+
+    budget_s > 0: a wall-clock budget; no game starts after it is spent and
+    a game still being played then is dropped, so the rows are those of the
+    games finished in time (at most `games`). Each game's rows are still the
+    same whatever the process count; how many games fit is the machine's.
+    stats: a dict that gets "games" (games labelled), "deals" (their deal
+    seeds, in the rows' order), "seconds" (to label or read them back), "budget_hit" (the budget stopped
+    the labelling) and "cached" (read back)."""
+    import math
+    import time
     if not hasattr(game, "heuristic_action"):
         raise ValueError(f"{game.name} has no rule-based policy to warm-start from")
     if worlds < 0 or not 0.0 <= explore < 1.0:
         raise ValueError(f"worlds must be >= 0 and explore in [0, 1), got {worlds} and {explore}")
     if procs < 1:
         raise ValueError(f"procs must be >= 1, got {procs}")
+    if not (math.isfinite(budget_s) and budget_s >= 0):
+        raise ValueError(f"the warm start's budget must be a number of seconds >= 0 (0: none), got {budget_s}")
+    t0 = time.monotonic()
     seeds = list(range(seed, seed + games))
     params = dict(game.params)
     # format 2: the lookahead's worlds come from a stream per decision (SearchPlayer.decision_rng);
     # format 1's came from one stream per game, so its rows are not what this code plays
     meta = {"game": game.name, "params": params, "games": int(games), "seed": int(seed),
             "worlds": int(worlds), "explore": float(explore), "format": 2}
-    parts = _read_cache(cache, meta) if cache is not None else None
-    cached = parts is not None
+    if budget_s > 0:
+        meta["budget_s"] = float(budget_s)      # the games a budget let through are a run's own
+    deadline = time.time() + budget_s if budget_s > 0 else None
+    found = _read_cache(cache, meta) if cache is not None else None
+    cached = found is not None
     if cached:
+        parts, deals = found
         if progress is not None:
-            progress(games)
+            progress(len(deals))
     elif procs == 1 or games < 2:
-        parts = [_play(game.name, params, seeds, worlds, explore, progress)]
+        part, played = _play(game.name, params, seeds, worlds, explore, progress, deadline)
+        parts, deals = [part], seeds[:played]
     else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-        size = max(1, min(25, games // procs))
-        chunks = [seeds[i:i + size] for i in range(0, games, size)]
-        parts = []
-        # spawn: the trainer holds torch's threads, which a fork would copy in a bad state
-        with ProcessPoolExecutor(procs, mp_context=mp.get_context("spawn")) as pool:
-            for chunk, part in zip(chunks, pool.map(_play_chunk, [(game.name, params, c, worlds, explore)
-                                                                 for c in chunks])):
-                parts.append(part)
-                if progress is not None:
-                    progress(len(chunk))
+        parts, deals = _play_parallel(game.name, params, seeds, worlds, explore, procs, progress, deadline)
+    played = len(deals)
+    seconds = time.monotonic() - t0
+    if played == 0 and games > 0:
+        raise RuntimeError(f"the warm start's budget of {budget_s:g} s ran out before one game was labelled; "
+                           "raise train.warm_start_budget_s")
     if cache is not None and not cached:
-        _write_cache(cache, meta, parts)
+        _write_cache(cache, meta, parts, deals)
+    if stats is not None:
+        stats.update(games=played, deals=deals, seconds=seconds, cached=cached,
+                     budget_hit=not cached and played < games)
     adv = {}
     strat = []
     for p in (0, 1):
