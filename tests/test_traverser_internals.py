@@ -234,6 +234,61 @@ def test_empty_queue_and_more_groups_than_ids():
     assert set(adv["traversal"]) <= set(ids[:2]) and len(adv) > 0
 
 
+@pytest.mark.parametrize("case", ["kuhn_external", "leduc_external", "leduc_outcome_clip", "lc_outcome_prefix",
+                                  "lc_external_prefix_game_rollout", "lc_external_max_nodes_uniform_fallback"])
+def test_stacks_grown_from_two_frames_match_reference(case):
+    """Every machine's stack starts at 2 frames and doubles as its traversals
+    go deeper, parked, blocked and resumed on the way: the samples and
+    counters are the reference's."""
+    game, cfg, ids, trav, models = case_setup(case)
+    ev = LocalEvaluator(models)
+    group = MachineGroup(game, cfg, n_machines=5, adv_capacity=7, strat_capacity=7, stack_frames=2)
+    assert group.stack_frames().tolist() == [2] * 5
+    group.start(ids, trav, ITERATION, RUN_SEED, float(ITERATION))
+    adv_parts, strat_parts = drive(group, ev)
+    ref_adv, ref_strat, counter = reference(case)
+    for got, ref, what in ((adv_parts, ref_adv, "advantage"), (strat_parts, ref_strat, "strategy")):
+        assert_same_samples(sort_samples(_concat(got, ref)), ref, what=f"{case} grown stacks {what}")
+    stats = group.stats()
+    for k in ("nodes", "fallbacks", "queries", "terminals", "cutoffs"):
+        assert stats[k] == counter[k], (k, stats[k], counter[k])
+    frames = group.stack_frames()
+    deepest = cfg.prefix_max + (cfg.max_depth or game.max_game_length()) + 1
+    assert frames.max() > 2 and frames.max() <= deepest         # it grew, never past the deepest frame
+    assert all(f == deepest or (f & (f - 1)) == 0 for f in frames.tolist())     # doublings of 2
+
+
+def test_uncapped_lost_cities_stacks_follow_the_depth_reached():
+    """Lost Cities with no turn cap can last 65534 decisions; a machine's
+    stack holds what its traversals reached (a few hundred frames), not that,
+    and the samples do not depend on where it started."""
+    game = engine.load_game("lost_cities")
+    assert game.max_game_length() > 60000
+    cfg = TraverserConfig(algorithm="outcome", epsilon=0.6, value_scale=0.01, value_clip=10.0, uniform_policy=True)
+    ids = np.arange(48)
+    runs = []
+    for frames in (2, 256, 4096):
+        group = MachineGroup(game, cfg, n_machines=16, stack_frames=frames)
+        group.start(ids, ids % 2, ITERATION, RUN_SEED, 1.0)
+        adv, strat = drive(group, None)
+        runs.append((sort_samples(_concat(adv, adv[0])), sort_samples(_concat(strat, strat[0])), group))
+    for adv, strat, group in runs[:2]:
+        assert_same_samples(adv, runs[2][0], exact_targets=True, what="advantage")
+        assert_same_samples(strat, runs[2][1], exact_targets=True, what="strategy")
+        assert group.stats()["depth_hist"] == runs[2][2].stats()["depth_hist"]
+        frames = group.stack_frames()
+        assert 256 <= frames.max() <= 2048                      # games of some hundreds of decisions
+        # under 1 MB of stack a machine; sized for the whole game it was 24 MB
+        assert group.stack_bytes() < 16 * (1 << 20)
+    assert runs[0][2].stack_bytes() == runs[1][2].stack_bytes()      # both doubled to the same sizes
+    assert runs[2][2].stack_frames().tolist() == [4096] * 16           # room enough: never grew
+
+
+def test_stack_frames_below_two_raise():
+    with pytest.raises(ValueError, match="stack_frames"):
+        MachineGroup(game_for("kuhn_poker", {}), TraverserConfig(), n_machines=2, stack_frames=1)
+
+
 # ---------------------------------------------------------------------------
 # 5. regret matching and sampling internals
 

@@ -82,10 +82,14 @@ cdef struct Machine:
     uint64_t rng                # own xorshift state
     double ret                  # value returned by the last finished child
     char* state                 # game state
-    Frame* frames               # [max_depth + 1]
-    int* legal                  # [max_depth + 1, max_legal]
-    double* sigma               # [max_depth + 1, max_legal]: current policy at each frame
-    double* values              # [max_depth + 1, max_legal]: child values (external sampling)
-    char* undo                  # [max_depth + 1, undo_size]
+    # the frame stack: frames_cap frames, in the group's arena until the first
+    # growth, then in stack_heap (see _grow_stack)
+    Frame* frames               # [frames_cap]
+    int* legal                  # [frames_cap, max_legal]
+    double* sigma               # [frames_cap, max_legal]: current policy at each frame
+    double* values              # [frames_cap, max_legal]: child values (external sampling)
+    char* undo                  # [frames_cap, undo_size]
+    int frames_cap              # frames the stack holds now (2 .. stack_depth + 1)
+    char* stack_heap            # the stack's own block once grown out of the arena, else NULL
     uint8_t* info_u8            # wire layout: [info_depths, tensor_size] uint8 query rows of the nodes
                                 # prefix .. prefix + info_depths - 1, reused by their samples

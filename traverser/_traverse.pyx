@@ -2,9 +2,13 @@
 recursion"): an explicit frame stack per machine, the whole step loop inside
 `with nogil:`.
 
-A MachineGroup holds M machines, a request buffer and two sample buffers, all
+A MachineGroup holds M machines, a request buffer and two sample buffers,
 preallocated; the numpy arrays are owned by Python and C writes through
-pointers set once. One round is:
+pointers set once. A machine's frame stack starts at `stack_frames` frames
+(256) and doubles when a traversal goes deeper, up to the deepest a
+traversal can reach (prefix_max + max_depth + 1: 65535 frames for a Lost
+Cities game with no turn cap). Memory so follows the traversals the
+machines run, not the worst case of every one. One round is:
 
     n = group.step()      # nogil: advance every runnable machine until it
                           # parks (request row written), blocks, or finishes
@@ -60,9 +64,11 @@ Determinism: each traversal has its own xorshift state seeded from (run seed,
 iteration, traversal id); the deal and every sampled action come from it, so
 samples do not depend on group size, stepping order or threads.
 
-Nothing in the nogil functions touches a Python object or allocates.
+Nothing in the nogil functions touches a Python object, and nothing
+allocates except a stack's growth (_grow_stack: a doubling, so at most
+log2(depth / stack_frames) times per machine over a group's life).
 """
-from libc.stdlib cimport free
+from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy, memset
 
 import numpy as np
@@ -162,6 +168,7 @@ cdef struct Core:
     int max_legal
     int n_machines
     int stack_depth             # deepest frame: prefix_max + max_depth
+    int stack_error             # frames a stack growth failed to get (0 = none); step() raises
     Machine* machines
     # request buffer (numpy-owned)
     float* requests             # [n_machines, tensor_size]
@@ -437,6 +444,52 @@ cdef inline void _descend(Core* c, Machine* m, int action, double reach) noexcep
     m.depth += 1
 
 
+cdef size_t _stack_bytes(Core* c, int frames) noexcept nogil:
+    """Bytes of a frame stack of `frames` frames (as _carve_stack lays it out)."""
+    cdef size_t n = <size_t>frames, rows = n * c.max_legal
+    return (_align8(sizeof(Frame) * n) + 2 * _align8(sizeof(double) * rows) + _align8(sizeof(int) * rows)
+            + _align8(<size_t>c.gd.undo_size * n))
+
+
+cdef void _carve_stack(Core* c, Machine* m, char* base, int frames) noexcept nogil:
+    """Point m's frames, sigma, values, legal and undo rows into `base`
+    (_stack_bytes(c, frames) bytes); every piece starts on an 8-byte boundary."""
+    cdef size_t off = 0, n = <size_t>frames, rows = n * c.max_legal
+    m.frames = <Frame*>(base + off); off = _align8(off + sizeof(Frame) * n)
+    m.sigma = <double*>(base + off); off = _align8(off + sizeof(double) * rows)
+    m.values = <double*>(base + off); off = _align8(off + sizeof(double) * rows)
+    m.legal = <int*>(base + off); off = _align8(off + sizeof(int) * rows)
+    m.undo = base + off
+    m.frames_cap = frames
+
+
+cdef bint _grow_stack(Core* c, Machine* m) noexcept nogil:
+    """Double m's frame stack (at most to stack_depth + 1 frames), keeping
+    every frame's contents. False, with c.stack_error set, if the memory is
+    not there; m is then unchanged."""
+    cdef int old = m.frames_cap
+    cdef int frames = old * 2 if old * 2 <= c.stack_depth + 1 else c.stack_depth + 1
+    cdef size_t n = <size_t>old, rows = n * c.max_legal
+    cdef Frame* frames0 = m.frames
+    cdef double* sigma0 = m.sigma
+    cdef double* values0 = m.values
+    cdef int* legal0 = m.legal
+    cdef char* undo0 = m.undo
+    cdef char* block = <char*>calloc(_stack_bytes(c, frames), 1)
+    if block == NULL:
+        c.stack_error = frames
+        return False
+    _carve_stack(c, m, block, frames)
+    memcpy(m.frames, frames0, sizeof(Frame) * n)
+    memcpy(m.sigma, sigma0, sizeof(double) * rows)
+    memcpy(m.values, values0, sizeof(double) * rows)
+    memcpy(m.legal, legal0, sizeof(int) * rows)
+    memcpy(m.undo, undo0, <size_t>c.gd.undo_size * n)
+    free(m.stack_heap)                  # NULL while the stack was in the arena
+    m.stack_heap = block
+    return True
+
+
 cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
     """Advance m until it parks, blocks or finishes its traversal queue."""
     cdef Frame* f
@@ -456,6 +509,14 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
         values = m.values + m.depth * L
         finished = False
         if f.stage == ST_ENTER:
+            if m.depth + 1 >= m.frames_cap and m.frames_cap <= c.stack_depth:
+                # no room for a child frame: the stack doubles (a deeper traversal than any so far)
+                if not _grow_stack(c, m):
+                    return M_RUNNABLE       # nothing of this node done yet; step() raises MemoryError
+                f = &m.frames[m.depth]
+                legal = m.legal + m.depth * L
+                sigma = m.sigma + m.depth * L
+                values = m.values + m.depth * L
             if m.depth >= m.prefix:
                 m.nodes += 1            # max_nodes counts the traversal proper, not its root prefix
             c.stats.nodes += 1
@@ -729,13 +790,19 @@ cdef class MachineGroup:
         self._arena = NULL
 
     def __init__(self, Game game, config, int n_machines=256, int adv_capacity=4096,
-                 int strat_capacity=4096, bint wire=False, adv_dtype="float32"):
+                 int strat_capacity=4096, bint wire=False, adv_dtype="float32", int stack_frames=256):
+        """stack_frames: frames each machine's stack holds at the start (at
+        least 2); a traversal that goes deeper doubles its machine's stack, up
+        to prefix_max + max_depth + 1 frames. Every traversal's result is the
+        same whatever it is."""
         cdef Core* c = &self.core
-        cdef int i, D, L
+        cdef int i, D, L, F
         cdef Machine* m
-        cdef size_t per_machine, off, shared
+        cdef size_t per_machine, off, shared, stack
         if n_machines < 1:
             raise ValueError(f"n_machines must be >= 1, got {n_machines}")
+        if stack_frames < 2:
+            raise ValueError(f"stack_frames must be >= 2 (the root and a child), got {stack_frames}")
         if adv_capacity < 1 or strat_capacity < 1:
             raise ValueError("sample buffer capacities must be >= 1")
         if adv_dtype not in ("float32", "float16"):
@@ -755,17 +822,20 @@ cdef class MachineGroup:
         # (all of a depth-limited traversal's; the first 16 otherwise, deeper nodes encode again)
         c.info_depths = (min(c.params.max_depth, 16) if c.params.max_depth > 0 else 16) if wire else 0
         L = c.max_legal
-        # one arena for every machine: structs, frames, legal/sigma/values rows, undo, states
-        per_machine = (sizeof(Frame) * D + sizeof(int) * D * L + 2 * sizeof(double) * D * L
-                       + <size_t>c.gd.undo_size * D + <size_t>c.gd.state_size
-                       + <size_t>c.info_depths * c.tensor_size)
+        # every stack starts at F frames (not D: a Lost Cities game with no turn cap has
+        # D = 65535, 24 MB of stack a machine, when its traversals reach a few hundred)
+        F = min(D, stack_frames)
+        stack = _stack_bytes(c, F)
+        # one arena for every machine: structs, frame stacks (frames, sigma/values/legal rows,
+        # undo), states, kept query rows
+        per_machine = stack + <size_t>c.gd.state_size + <size_t>c.info_depths * c.tensor_size
         per_machine = (per_machine + 7 * 8 + 63) & ~(<size_t>63)      # room for the 8-byte alignment
         # the group's rollout scratch (state, undo record, legal row) follows the Machine structs
         shared = _align8(c.gd.state_size) + _align8(c.gd.undo_size) + sizeof(int) * L
         self._arena = <char*>traverse_arena_alloc(sizeof(Machine) * n_machines + shared + per_machine * n_machines
                                                   + 128)
         if self._arena == NULL:
-            raise MemoryError(f"cannot allocate {n_machines} machines of depth {D - 1}")
+            raise MemoryError(f"cannot allocate {n_machines} machines with stacks of {F} frames")
         c.machines = <Machine*>self._arena
         off = (sizeof(Machine) * n_machines + 63) & ~(<size_t>63)
         c.rollout_state = self._arena + off; off = _align8(off + c.gd.state_size)
@@ -775,12 +845,9 @@ cdef class MachineGroup:
         for i in range(n_machines):
             m = &c.machines[i]
             # every piece starts on an 8-byte boundary (states hold uint64 fields)
-            m.frames = <Frame*>(self._arena + off); off = _align8(off + sizeof(Frame) * D)
-            m.sigma = <double*>(self._arena + off); off = _align8(off + sizeof(double) * D * L)
-            m.values = <double*>(self._arena + off); off = _align8(off + sizeof(double) * D * L)
-            m.legal = <int*>(self._arena + off); off = _align8(off + sizeof(int) * D * L)
+            _carve_stack(c, m, self._arena + off, F); off = _align8(off + stack)
+            m.stack_heap = NULL
             m.state = self._arena + off; off = _align8(off + c.gd.state_size)
-            m.undo = self._arena + off; off = _align8(off + c.gd.undo_size * D)
             m.info_u8 = <uint8_t*>(self._arena + off); off += <size_t>c.info_depths * c.tensor_size
             off = (off + 63) & ~(<size_t>63)
             m.status = M_DONE
@@ -822,6 +889,10 @@ cdef class MachineGroup:
         self._queue_traverser = np.zeros(0, np.int8)
 
     def __dealloc__(self):
+        cdef int i
+        if self._arena != NULL:
+            for i in range(self.core.n_machines):
+                free(self.core.machines[i].stack_heap)
         free(self._arena)
 
     def _set_params(self, config):
@@ -931,6 +1002,11 @@ cdef class MachineGroup:
             raise RuntimeError("step(): resume() the waiting requests first")
         with nogil:
             n = _step_all(&self.core)
+        if self.core.stack_error:
+            frames = self.core.stack_error
+            self.core.stack_error = 0
+            raise MemoryError(f"cannot grow a traversal stack to {frames} frames "
+                              f"({_stack_bytes(&self.core, frames)} bytes)")
         return n
 
     def resume(self, int n, answers=None):
@@ -1061,6 +1137,25 @@ cdef class MachineGroup:
 
     def sample_counts(self):
         return int(self.core.adv.count), int(self.core.strat.count)
+
+    def stack_frames(self):
+        """Frames each machine's stack holds now (int32 [M]): the initial
+        stack_frames, doubled for each traversal that went deeper."""
+        out = np.zeros(self.core.n_machines, np.int32)
+        cdef int32_t[::1] o = out
+        cdef int i
+        for i in range(self.core.n_machines):
+            o[i] = self.core.machines[i].frames_cap
+        return out
+
+    def stack_bytes(self):
+        """Bytes the machines' frame stacks take now (the arena's first
+        stacks count until a machine grows out of its own)."""
+        cdef size_t total = 0
+        cdef int i
+        for i in range(self.core.n_machines):
+            total += _stack_bytes(&self.core, self.core.machines[i].frames_cap)
+        return int(total)
 
     # ---- stats
     def stats(self, reset=False):
