@@ -22,15 +22,14 @@ import numpy as np
 import torch
 
 import engine
-from batcher.client import BatcherClient
 from batcher.networks import MLP
 from batcher.server import resolve_device
 from trainer import checkpoint as ck
 from trainer.config import config_to_dict
-from trainer.jobs import Job, JobServer
-from trainer.launcher import LocalServices
+from trainer.jobs import Job, JobLedger, JobServer
 from trainer.learn import advantage_loss, strategy_loss, train_net
 from trainer.memory import MergingMemory, ReservoirMemory
+from trainer.supervise import Supervisor, counter_growth  # noqa: F401 - counter_growth: trainer.loop's name for it
 
 try:
     from tqdm import tqdm
@@ -121,18 +120,6 @@ class Trainer:
             self.log("resuming without memories (run.save_memories was off): they start empty")
         self.log(f"resumed from {ckpt['path']} at iteration {self.start_iteration}")
 
-    def _push(self, client, player):
-        self.versions[player] += 1
-        client.push_weights(player, self.nets[f"adv{player}"].to("cpu"), self.versions[player])
-        self.nets[f"adv{player}"].to(self.device)
-
-    def _push_all(self, client):
-        pong = client.ping()
-        for p in (0, 1):
-            current = int(pong.get("models", {}).get(str(p), -1))
-            self.versions[p] = max(self.versions[p], current)
-            self._push(client, p)
-
     # ---- phases
     def _jobs(self, t, p, job_size):
         n = self.cfg.train.traversals
@@ -151,7 +138,8 @@ class Trainer:
         workers = self.cfg.service.workers or server.live_workers()
         return max(1, math.ceil(self.cfg.train.traversals / max(1, workers)))
 
-    def _traverse(self, server, services, t, p, job_config):
+    def _traverse(self, server, sup, t, p, job_config):
+        sup.check()         # workers that died since the last phase, a batcher without weights
         jobs = self._jobs(t, p, self._job_size(server))
         bar = self._bar(total=self.cfg.train.traversals, desc=f"iter {t} traverse p{p}", unit="trav")
         added = {"adv": 0, "strat": 0}
@@ -171,10 +159,11 @@ class Trainer:
             if strat is not None:
                 self.strat_mem.add(strat)
                 added["strat"] += len(strat["weight"])
+            self.ledger.commit(job, 0 if adv is None else len(adv["weight"]), 0 if strat is None else len(strat["weight"]))
 
         before_req, before_drop = server.requeued, server.dropped_rows
         server.run_phase(jobs, job_config, commit,
-                         supervise=services.supervise if services else None,
+                         supervise=sup.check,
                          progress=bar.update if bar else None,
                          log=self.log)
         if bar:
@@ -326,9 +315,7 @@ class Trainer:
             mem_name = f"iter_{t:06d}.memories.npz"
             arrays = {**self.adv_mem[0].state_dict("adv0"), **self.adv_mem[1].state_dict("adv1"),
                       **self.strat_mem.state_dict("strategy")}
-            tmp = d / (mem_name + ".tmp.npz")
-            np.savez(tmp, **arrays)
-            os.replace(tmp, d / mem_name)
+            ck.write_durably(d / mem_name, lambda f: np.savez(f, **arrays))
         payload = {
             "config": config_to_dict(self.cfg),
             "nets": {k: {n: v.detach().cpu() for n, v in net.state_dict().items()} for k, net in self.nets.items()},
@@ -348,9 +335,9 @@ class Trainer:
     def run(self):
         cfg = self.cfg
         server = JobServer(cfg.service.jobs_bind, cfg.service.heartbeat_timeout_s, curve_keys=cfg.service.curve_keys)
-        services = None
-        client = None
+        sup = None
         metrics_f = open(self.run_dir / "metrics.jsonl", "a")
+        self.ledger = JobLedger(self.run_dir / "jobs.jsonl", self.start_iteration)
         tb = None
         if cfg.run.tensorboard:
             try:
@@ -360,17 +347,15 @@ class Trainer:
                 self.log("tensorboard is not installed: no TensorBoard scalars")
         t_start = time.monotonic()
         last_metrics = {}
-        if cfg.train.warm_start_games > 0 and (self.start_iteration == 1 or cfg.train.warm_start_share > 0):
-            self._warm_start(pretrain=self.start_iteration == 1)
         try:
-            services = LocalServices(cfg, self.run_dir, server.endpoint, log=self.log)
-            services.on_worker_death = server.worker_died
-            services.start()
-            client = BatcherClient(services.batcher_endpoint, timeout_s=120, curve_keys=cfg.service.curve_keys)
-            services.on_batcher_restart = lambda: self._push_all(client)
-            self._push_all(client)
-            stats_at = batcher_snapshot(client)
-            self.log(f"run dir {self.run_dir}; batcher {services.batcher_endpoint}; jobs {server.endpoint}; "
+            # the services start first, so that the warm start is supervised like every other phase
+            sup = self.supervisor = Supervisor(self, server).start()
+            if cfg.train.warm_start_games > 0 and (self.start_iteration == 1 or cfg.train.warm_start_share > 0):
+                sup.enter("warm start")
+                self._warm_start(pretrain=self.start_iteration == 1)
+            sup.enter("push")
+            stats_at = sup.stats()         # pushes the weights first
+            self.log(f"run dir {self.run_dir}; batcher {sup.services.batcher_endpoint}; jobs {server.endpoint}; "
                      f"{cfg.service.workers} local worker(s)")
             job_config = {"game": {"name": cfg.game.name, "params": dict(cfg.game.params)},
                           "traversal": {**vars(cfg.traversal), "model_ids": list(cfg.traversal.model_ids)},
@@ -384,10 +369,11 @@ class Trainer:
                         # the opponent's policy in this phase, as the strategy memory samples it
                         self.sdcfr.add(1 - p, self.nets[f"adv{1 - p}"], t)
                     t0 = time.monotonic()
-                    added = self._traverse(server, services, t, p, job_config)
+                    sup.enter("traverse", t)
+                    added = self._traverse(server, sup, t, p, job_config)
                     m[f"time_traverse_s_{p}"] = time.monotonic() - t0
                     # a snapshot per phase: a batcher restart loses only that phase's earlier rows
-                    bstats = batcher_snapshot(client)
+                    bstats = sup.stats()
                     batcher_rows += counter_growth(stats_at, bstats, "rows")[0]
                     if "shm_requests" in bstats and "shm_requests" in stats_at:
                         batcher_shm += counter_growth(stats_at, bstats, "shm_requests")[0]
@@ -398,9 +384,11 @@ class Trainer:
                         m[f"adv_heldout_mse_{p}"] = added["heldout_mse"]
                         m[f"adv_heldout_zero_mse_{p}"] = added["heldout_zero_mse"]
                     t0 = time.monotonic()
+                    sup.enter("train")
                     m[f"adv_loss_{p}"] = self._train_advantage(p, t)
                     m[f"time_train_s_{p}"] = time.monotonic() - t0
-                    self._push(client, p)
+                    sup.enter("push")
+                    sup.push(p)
                 m["time_traverse_s"] = m["time_traverse_s_0"] + m["time_traverse_s_1"]
                 m["time_train_s"] = m["time_train_s_0"] + m["time_train_s_1"]
                 m["batcher_rows"] = batcher_rows
@@ -417,15 +405,18 @@ class Trainer:
                 strategy_due = last or do_eval or (cfg.train.strategy_every > 0 and t % cfg.train.strategy_every == 0)
                 if strategy_due and (self.sdcfr is None or cfg.train.strategy_steps > 0):
                     t0 = time.monotonic()
+                    sup.enter("train")
                     m["strategy_loss"] = self._train_strategy(t)
                     m["time_strategy_s"] = time.monotonic() - t0
                 if do_eval:
                     t0 = time.monotonic()
+                    sup.enter("evaluate")
                     m.update(self._evaluate(t, first, last))
                     m["time_eval_s"] = time.monotonic() - t0
                 m["requeued_jobs"] = self.counters["requeued_jobs"]
                 m["dropped_rows"] = self.counters["dropped_rows"]
-                m["restarts"] = sum(services.restarts().values())
+                m["restarts"] = sup.total_restarts()     # by this trainer process, every phase
+                m["restarts_batcher"], m["restarts_worker"] = sup.restarts["batcher"], sup.restarts["worker"]
                 m["wall_s"] = time.monotonic() - t_start
                 metrics_f.write(json.dumps({k: v for k, v in m.items() if v is not None}) + "\n")
                 metrics_f.flush()
@@ -436,6 +427,7 @@ class Trainer:
                 self.log(_summary(m))
                 last_metrics = m
                 if last or (cfg.run.checkpoint_every > 0 and t % cfg.run.checkpoint_every == 0):
+                    sup.enter("checkpoint")
                     path = self.save(t)
                     self.log(f"checkpoint {path}")
                 if last:
@@ -443,13 +435,11 @@ class Trainer:
             return last_metrics
         finally:
             metrics_f.close()
+            self.ledger.close()
             if tb is not None:
                 tb.close()
-            if client is not None:
-                client.close()
-            server.stop_workers(wait_s=0.5)
-            if services is not None:
-                services.stop()
+            if sup is not None:
+                sup.close()
             server.close()
 
 
@@ -476,31 +466,6 @@ def _ordered(chunks):
     cat = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
     order = np.lexsort((cat["seq"], cat["traversal"]))
     return {k: v[order] for k, v in cat.items()}
-
-
-def batcher_snapshot(client):
-    """The batcher's stats, stamped with the local monotonic time of the reply
-    (`taken_at`), for counter_growth."""
-    stats = client.stats()
-    stats["taken_at"] = time.monotonic()
-    return stats
-
-
-def counter_growth(before, after, key):
-    """(growth, restarted): how much the counter `key` of a service grew
-    between two stats snapshots, and whether the service restarted in between.
-
-    Snapshots are dicts holding `key`, the service's `uptime_s` and the local
-    `taken_at` (batcher_snapshot); a `pid` is compared when both have one. The
-    service restarted if its uptime is shorter than the time between the
-    snapshots, its pid changed, or the counter went down. A restarted service
-    counts from zero, so the growth is then its count since the restart (what
-    the old process counted after `before` is lost). Never negative."""
-    restarted = (after["uptime_s"] < after["taken_at"] - before["taken_at"]
-                 or after[key] < before[key]
-                 or ("pid" in before and "pid" in after and before["pid"] != after["pid"]))
-    growth = after[key] if restarted else after[key] - before[key]
-    return max(0, growth), restarted
 
 
 def _summary(m):

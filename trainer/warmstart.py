@@ -87,17 +87,15 @@ def _read_cache(path, meta):
 
 def _write_cache(path, meta, parts):
     """Save the labelled decisions (not the targets, which follow from them)
-    atomically: a crash mid-write leaves no half file under `path`."""
+    durably (trainer.checkpoint.write_durably): a crash mid-write leaves no
+    half file under `path`, and a failed write raises CheckpointWriteError."""
     import json
-    import os
+    from trainer.checkpoint import write_durably
     arrays = {"meta": np.array(json.dumps(meta))}
     for p in (0, 1):
         for i, name in enumerate(("info", "mask", "act")):
             arrays[f"{name}{p}"] = np.concatenate([part[p][i] for part in parts])
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        np.savez_compressed(f, **arrays)
-    os.replace(tmp, path)
+    write_durably(path, lambda f: np.savez_compressed(f, **arrays))
 
 
 def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress=None, procs=1,
