@@ -108,13 +108,14 @@ class ChaosMonkey:
 
         def once():
             client.on_wait = hook
-            self._kill(sup, "batcher", True)
+            self._kill(sup, "batcher", True, waiting=True)
             hook()
         client.on_wait = once
 
-    def _kill(self, sup, target, wait=False):
+    def _kill(self, sup, target, wait=False, waiting=False):
         """SIGKILL the batcher or a random worker; with `wait`, one killed
         before and not restarted yet is waited for (20 s at most)."""
+        from trainer.supervise import child_exited
         svc = sup.services
         give_up = time.monotonic() + (20.0 if wait else 0.0)
         with self.lock:
@@ -123,7 +124,7 @@ class ChaosMonkey:
                     return
                 child = svc.batcher if target == "batcher" else self.rng.choice(svc.workers)
                 proc, phase = child.proc, sup.phase
-                if proc.poll() is None:
+                if not child_exited(proc):
                     break
                 if time.monotonic() > give_up:
                     return              # dead already, not restarted yet
@@ -133,7 +134,7 @@ class ChaosMonkey:
             except ProcessLookupError:
                 return
             self._write({"kill": target, "pid": proc.pid, "phase": phase, "iteration": sup.iteration,
-                         "trainer": os.getpid()})
+                         "trainer": os.getpid(), **({"waiting": True} if waiting else {})})
 
     def _note_children(self, sup):
         svc = sup.services
@@ -217,6 +218,15 @@ def _trainer(run_dir, config, sets, log_path, rate=None, seed=0, aim=""):
         log.close()
 
 
+def _caught_up(run_dir, trainer_log):
+    """Whether the trainer has logged a restart for every kill so far."""
+    try:
+        kills = sum('"kill"' in line for line in (run_dir / KILLS).read_text().splitlines())
+    except FileNotFoundError:
+        kills = 0
+    return len(re.findall(r"^restart: ", trainer_log.read_text(errors="replace"), re.M)) >= kills
+
+
 def _latest_iteration(run_dir):
     from trainer import checkpoint as ck
     latest = ck.latest_checkpoint(run_dir)
@@ -261,6 +271,10 @@ def run_chaos(out_dir, iterations, rate, seed, config, sets, aim="", reference=T
         rng = random.Random(seed + 1)
         target = max(1, iterations // 2)
         while proc.poll() is None and _latest_iteration(run_dir) < target and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # its children back up first (10 s at most), so that every phase's kill shows its restart
+        settle = time.monotonic() + 10
+        while proc.poll() is None and time.monotonic() < settle and not _caught_up(run_dir, trainer_log):
             time.sleep(0.1)
         if proc.poll() is None:
             time.sleep(rng.uniform(0.0, 2.0))

@@ -191,7 +191,7 @@ class Supervisor:
         svc = self.services
         for child in ([svc.batcher] if svc.batcher else []) + svc.workers:
             proc = child.proc
-            if proc is not None and proc.pid not in self._died and proc.poll() is not None:
+            if proc is not None and proc.pid not in self._died and child_exited(proc):
                 self._died[proc.pid] = (self.phase, self.iteration)
 
     def _restart_dead(self):
@@ -233,6 +233,21 @@ class Supervisor:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the restarted batcher did not answer in {self.BATCHER_START_S:.0f} s; "
                                        f"see {child.log_path}: {child.tail(1)}") from None
+
+
+def child_exited(proc):
+    """Whether the child `proc` has exited, without reaping it: Popen.poll
+    answers None while another thread polls the same child."""
+    if proc.returncode is not None:
+        return True
+    try:
+        with open(f"/proc/{proc.pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return proc.poll() is not None          # no /proc here
+    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] in (b"Z", b"X")
 
 
 def counter_growth(before, after, key):
