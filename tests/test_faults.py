@@ -165,3 +165,28 @@ def test_a_full_disk_at_a_checkpoint_stops_the_run_with_one_line(tmp_path, capsy
     assert ck.latest_checkpoint(run_dir).name == "iter_000001.pt"
     assert ck.load_checkpoint(run_dir)["iteration"] == 1
     assert not list((run_dir / "checkpoints").glob("*.tmp")) and not (run_dir / "checkpoints" / "iter_000002.pt").exists()
+
+
+def test_the_restart_budget_counts_every_child_and_phase(tmp_path, capsys):
+    """service.max_restarts=1 over the whole run: a worker killed in the
+    traversal takes it, so the batcher killed in the training stops the run
+    with one line naming the batcher, its exit code, the phase and the budget."""
+    from benchmarks.chaos import ChaosMonkey
+    from trainer.__main__ import main
+    from trainer.supervise import Supervisor
+    run_dir = tmp_path / "run"
+    monkey = ChaosMonkey(run_dir, 0.0, 0, {("worker", "traverse"), ("batcher", "train")})
+    Supervisor.listeners.append(monkey)
+    try:
+        rc = main(["--config", str(ROOT / "configs" / "leduc.yaml"), "--run-dir", str(run_dir)]
+                  + [a for s in LEDUC_TINY + ["service.max_restarts=1"] for a in ("--set", s)])
+    finally:
+        Supervisor.listeners.remove(monkey)
+    out = capsys.readouterr()
+    assert rc == 1
+    assert re.search(r"^restart: worker0 \(pid \d+\) exited with code -9 in phase traverse of iteration 1; "
+                     r"restarted as pid \d+ \(1/1 restarts used\)$", out.out, re.M), out.out
+    [line] = out.err.strip().splitlines()
+    assert re.match(r"error: batcher \(pid \d+\) exited with code -9 in phase train of iteration 1; the run's 1 "
+                    r"restarts \(service.max_restarts\) are used up; see .*batcher.log", line), line
+    assert ck.latest_checkpoint(run_dir) is None

@@ -245,6 +245,13 @@ class JobServer:
                 break
 
 
+def phase_config(cfg):
+    """The dict sent with every job of a run (game, traversal config, run seed)."""
+    return {"game": {"name": cfg.game.name, "params": dict(cfg.game.params)},
+            "traversal": {**vars(cfg.traversal), "model_ids": list(cfg.traversal.model_ids)},
+            "seed": cfg.run.seed}
+
+
 class JobLedger:
     """RUN_DIR/jobs.jsonl, the job ledger: a line when a trainer starts
     ({"start": first iteration, "pid"}) and one per committed job ({"it",

@@ -26,8 +26,8 @@ from batcher.networks import MLP
 from batcher.server import resolve_device
 from trainer import checkpoint as ck
 from trainer.config import config_to_dict
-from trainer.jobs import Job, JobLedger, JobServer
-from trainer.learn import advantage_loss, strategy_loss, train_net
+from trainer.jobs import Job, JobLedger, JobServer, phase_config
+from trainer.learn import advantage_loss, held_out_error, strategy_loss, train_net
 from trainer.memory import MergingMemory, ReservoirMemory
 from trainer.supervise import Supervisor, counter_growth  # noqa: F401 - counter_growth: trainer.loop's name for it
 
@@ -357,9 +357,7 @@ class Trainer:
             stats_at = sup.stats()         # pushes the weights first
             self.log(f"run dir {self.run_dir}; batcher {sup.services.batcher_endpoint}; jobs {server.endpoint}; "
                      f"{cfg.service.workers} local worker(s)")
-            job_config = {"game": {"name": cfg.game.name, "params": dict(cfg.game.params)},
-                          "traversal": {**vars(cfg.traversal), "model_ids": list(cfg.traversal.model_ids)},
-                          "seed": cfg.run.seed}
+            job_config = phase_config(cfg)
             t = self.start_iteration - 1
             for t in range(self.start_iteration, cfg.train.iterations + 1):
                 m = {"iteration": t}
@@ -441,23 +439,6 @@ class Trainer:
             if sup is not None:
                 sup.close()
             server.close()
-
-
-def held_out_error(net, rows, device="cpu"):
-    """An advantage net's error on sample rows it has not trained on:
-    {"heldout_mse": the weighted squared error summed over legal actions (the
-    training loss's form), "heldout_zero_mse": the same for predicting 0}.
-    Below the second, the net carries over something to states it has not
-    seen; the first can never go below the targets' own noise."""
-    with torch.inference_mode():
-        pred = net(torch.from_numpy(np.asarray(rows["info"]).astype(np.float32)).to(device)).cpu().double().numpy()
-    mask = np.asarray(rows["mask"]).astype(bool)
-    target = np.asarray(rows["target"], dtype=np.float64)
-    w = np.asarray(rows["weight"], dtype=np.float64)
-    w = w / w.sum()
-    err = np.where(mask, (pred - target) ** 2, 0.0).sum(axis=1)
-    zero = np.where(mask, target ** 2, 0.0).sum(axis=1)
-    return {"heldout_mse": float((w * err).sum()), "heldout_zero_mse": float((w * zero).sum())}
 
 
 def _ordered(chunks):
