@@ -35,7 +35,8 @@ def test_a_small_run_survives_kills_in_every_phase_and_a_killed_trainer(tmp_path
     from benchmarks.chaos import PHASES, SMALL, run_chaos
     aim = ",".join([f"batcher:{phase}" for phase in PHASES] + ["worker:traverse", "worker:train"])
     summary, failures, details = run_chaos(tmp_path, 2, 0.0, 0, ROOT / "configs" / "smoke.yaml",
-                                           SMALL + ["service.workers=1", "service.job_size=16"],
+                                           SMALL + ["service.workers=1", "train.traversals=16", "service.job_size=8",
+                                                    "train.warm_start_games=4"],
                                            aim=aim, reference=False, kill_trainer=True, timeout_s=600,
                                            log=lambda *_: None)
     log = (tmp_path / "chaos.log").read_text()
