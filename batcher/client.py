@@ -242,7 +242,7 @@ class BatcherClient:
                     self.resends += 1
 
     # ---- control (synchronous)
-    on_wait = None      # called every 0.1 s while a control call waits (the trainer's supervision); may raise
+    on_wait = None      # called as a control call's request is out and every 0.1 s until its reply; may raise
 
     def call(self, header, *frames):
         """Send a control request and wait for its reply. If on_wait raises,
@@ -251,11 +251,11 @@ class BatcherClient:
         self._start(req_id, P.pack({**header, "id": req_id}, *frames))
         try:
             while True:
+                if self.on_wait is not None:
+                    self.on_wait()
                 for rid, hdr, _ in self.poll(100):
                     if rid == req_id:
                         return hdr
-                if self.on_wait is not None:
-                    self.on_wait()
         except BaseException:
             self.in_flight.pop(req_id, None)
             raise

@@ -23,8 +23,8 @@ The kills come from inside the trainer's process: `--child` runs the
 trainer's own main with a listener on its phases (trainer.supervise.
 Supervisor.listeners) that schedules each kill at a random moment of the
 phase it lands in and records the phase the trainer was in when it fired.
-A kill in the weight push fires either as the push starts or while it waits
-for the batcher's reply.
+A kill in the weight push fires either as the push starts or once its
+request is out, while the trainer waits for the batcher's reply.
 """
 import argparse
 import json
@@ -43,6 +43,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("warm start", "traverse", "train", "push", "evaluate", "checkpoint")
 KILLS = "chaos_kills.jsonl"      # in the run directory: one line per kill, and the children and directories seen
+
+# A row's answer can depend on the batch it rode in (the last float bits), so
+# targets are compared within a tolerance: an advantage target is a sum of
+# answers (2026-12-02 runs: at most 3e-6 apart); a strategy target is a ratio
+# of positive advantages, which a small denominator amplifies (at most 2.1e-4,
+# 1 row in 50,579).
+TARGET_ATOL = {"adv": 1e-4, "str": 1e-3}
 
 # the smallest Lost Cities run that has every phase: a warm start, evaluation and a checkpoint every iteration
 SMALL = ["network.hidden=[32, 32]", "train.traversals=64", "train.adv_steps=20", "train.strategy_steps=20",
@@ -364,10 +371,14 @@ def check(ref_dir, run_dir, trainer_log, iterations, failures, killed_trainers=(
             r = ck.load_checkpoint(ref_dir)
             with np.load(Path(r["path"]).parent / r["memories"]) as z:
                 for key in z.files:
-                    close = np.allclose if "target" in key else np.array_equal
-                    kw = {"rtol": 1e-4, "atol": 1e-4} if "target" in key else {}   # a batch's mix moves last bits
-                    if key not in mem or not close(mem[key], z[key], **kw):
+                    if key not in mem or mem[key].shape != z[key].shape:
                         failures.append(f"memory array {key} differs from the fault-free run's")
+                    elif "target" not in key:
+                        if not np.array_equal(mem[key], z[key]):
+                            failures.append(f"memory array {key} differs from the fault-free run's")
+                    elif not np.allclose(mem[key], z[key], rtol=0, atol=TARGET_ATOL[key.split(".")[0][:3]]):
+                        failures.append(f"memory array {key} differs from the fault-free run's by "
+                                        f"{np.abs(mem[key] - z[key]).max():.3g}")
     # every checkpoint loads
     loaded = 0
     for path in sorted(ck.checkpoint_dir(run_dir).glob("iter_*.pt")):
@@ -387,12 +398,13 @@ def check(ref_dir, run_dir, trainer_log, iterations, failures, killed_trainers=(
     by_proc = Counter(k["kill"] for k in kills)
     by_phase = Counter(k["phase"] for k in kills)
     phases = ", ".join(f"{ph} {by_phase[ph]}" for ph in PHASES + tuple(sorted(set(by_phase) - set(PHASES))))
-    exact = not any("exactly once" in f or "differs" in f or "rows" in f for f in failures)
+    exact = not any("exactly once" in f or "jobs or their rows" in f for f in failures)
+    same = not any("memory array" in f or "the memories saw" in f for f in failures)
     summary = (f"chaos: {len(kills)} kills (batcher {by_proc['batcher']}, worker {by_proc['worker']}; {phases}), "
                f"{len(killed_trainers)} trainer kill + resume, {len(restarted)} restarts, {len(requeues)} jobs "
                f"requeued, {sum(requeues)} rows dropped; {done}/{iterations} iterations, "
                f"{2 * iterations}x{traversals} traversals {'exactly once' if exact else 'NOT exactly once'}"
-               f"{', memories equal to the fault-free run' if ref_dir is not None and exact else ''}, "
+               f"{', memories' + (' equal to' if same else ' NOT equal to') + ' the fault-free run' if ref_dir is not None else ''}, "
                f"{loaded} checkpoints load; leftovers {len(leftovers)}; {seconds:.0f} s; "
                + ("all checks passed" if not failures else f"{len(failures)} checks FAILED"))
     return summary, {"kills": kills, "restarted": restarted, "requeues": requeues, "leftovers": leftovers,
