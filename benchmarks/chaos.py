@@ -77,7 +77,8 @@ class ChaosMonkey:
         self.lengths = {}            # phase -> last length in seconds
         self.entered = None          # (phase, time) of the current phase
         self.lock = threading.Lock()
-        self.seen = set()
+        self.seen = set()            # child pids noted
+        self.killed = set()          # child pids killed
 
     def __call__(self, sup, phase):
         now = time.monotonic()
@@ -131,7 +132,8 @@ class ChaosMonkey:
                     return
                 child = svc.batcher if target == "batcher" else self.rng.choice(svc.workers)
                 proc, phase = child.proc, sup.phase
-                if not child_exited(proc):
+                # a process SIGKILLed a moment ago may not have exited yet: it is not killed twice
+                if proc.pid not in self.killed and not child_exited(proc):
                     break
                 if time.monotonic() > give_up:
                     return              # dead already, not restarted yet
@@ -140,6 +142,7 @@ class ChaosMonkey:
                 os.kill(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 return
+            self.killed.add(proc.pid)
             self._write({"kill": target, "pid": proc.pid, "phase": phase, "iteration": sup.iteration,
                          "trainer": os.getpid(), **({"waiting": True} if waiting else {})})
 
