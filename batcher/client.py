@@ -242,13 +242,23 @@ class BatcherClient:
                     self.resends += 1
 
     # ---- control (synchronous)
+    on_wait = None      # called as a control call's request is out and every 0.1 s until its reply; may raise
+
     def call(self, header, *frames):
+        """Send a control request and wait for its reply. If on_wait raises,
+        the request is forgotten (never resent) and the exception propagates."""
         req_id = next(self._ids)
         self._start(req_id, P.pack({**header, "id": req_id}, *frames))
-        while True:
-            for rid, hdr, _ in self.poll(100):
-                if rid == req_id:
-                    return hdr
+        try:
+            while True:
+                if self.on_wait is not None:
+                    self.on_wait()
+                for rid, hdr, _ in self.poll(100):
+                    if rid == req_id:
+                        return hdr
+        except BaseException:
+            self.in_flight.pop(req_id, None)
+            raise
 
     def push_weights(self, model_id, net, version):
         """Install `net` as model_id at `version` (must increase); returns the ack."""

@@ -13,7 +13,8 @@ import pytest
 
 from trainer import checkpoint as ck
 from trainer.config import load_config
-from trainer.loop import SUMMARY_MAX_LINES, counter_growth, final_summary, opponent_results
+from trainer.summary import SUMMARY_MAX_LINES, final_summary, opponent_results
+from trainer.supervise import counter_growth
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,7 +169,7 @@ def test_batcher_killed_mid_run_leaves_no_negative_rate(tmp_path, monkeypatch):
     """The batcher dies (SIGKILL) in iteration 2, phase 1, after it has served
     iteration 1 and more: the trainer restarts it, and the iteration's rate
     counts the new batcher's rows only, never a negative number."""
-    from trainer import jobs, launcher, loop
+    from trainer import jobs, launcher, loop, supervise
     services = {}
 
     class Remembered(launcher.LocalServices):
@@ -188,7 +189,7 @@ def test_batcher_killed_mid_run_leaves_no_negative_rate(tmp_path, monkeypatch):
                 killed["pid"] = services["it"].batcher.proc.pid
                 os.kill(killed["pid"], signal.SIGKILL)
 
-    monkeypatch.setattr(loop, "LocalServices", Remembered)
+    monkeypatch.setattr(supervise, "LocalServices", Remembered)
     monkeypatch.setattr(jobs.JobServer, "_handle", handle_and_kill)
     cfg = load_config(ROOT / "configs" / "leduc.yaml", LEDUC)
     trainer = loop.Trainer(cfg, tmp_path / "run", log=lambda *_: None)
@@ -205,7 +206,7 @@ def test_batcher_killed_mid_run_leaves_no_negative_rate(tmp_path, monkeypatch):
 def test_float16_answers_reach_the_local_workers(tmp_path, monkeypatch):
     """service.adv_dtype: float16 starts every local worker asking float16
     answers, and a run trains on them; a bad value is refused by name."""
-    from trainer import launcher, loop
+    from trainer import launcher, loop, supervise
     from trainer.config import ConfigError
     services = {}
 
@@ -214,7 +215,7 @@ def test_float16_answers_reach_the_local_workers(tmp_path, monkeypatch):
             services["it"] = self
             return super().start()
 
-    monkeypatch.setattr(loop, "LocalServices", Remembered)
+    monkeypatch.setattr(supervise, "LocalServices", Remembered)
     with pytest.raises(ConfigError, match="service.adv_dtype"):
         load_config(ROOT / "configs" / "leduc.yaml", LEDUC + ["service.adv_dtype=bfloat16"])
     cfg = load_config(ROOT / "configs" / "leduc.yaml", LEDUC + ["service.adv_dtype=float16"])

@@ -325,7 +325,7 @@ def test_prior_mix_keeps_the_priors_share_of_every_batch():
 
 
 def test_held_out_error_against_predicting_zero():
-    from trainer.loop import held_out_error
+    from trainer.learn import held_out_error
     net = torch.nn.Linear(3, 2, bias=False)
     with torch.no_grad():
         net.weight.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))

@@ -52,7 +52,8 @@ def main(argv=None):
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from trainer.loop import Trainer, final_summary
+    from trainer.loop import Trainer
+    from trainer.summary import final_summary
     try:
         trainer = Trainer(cfg, run_dir, resume=resume)
         metrics = trainer.run()

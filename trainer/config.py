@@ -119,7 +119,7 @@ class ServiceSection:
     autocast: str = "none"
     """Embedded batcher: none, bf16 or fp16 forward (bf16 is ~3x faster on AVX512-BF16 CPUs)."""
     max_restarts: int = 3
-    """Restarts allowed per local child before the run stops with an error."""
+    """Restarts of local children (the batcher and the workers together, in every phase) allowed over a trainer process's run before it stops with an error (trainer/supervise.py)."""
     curve_keys: str = ""
     """Directory of CURVE keys (python -m batcher.keys DIR): authenticate batcher, jobs and workers."""
     adv_dtype: str = "float32"

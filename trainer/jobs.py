@@ -243,3 +243,55 @@ class JobServer:
                 self.sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
+
+
+def phase_config(cfg):
+    """The dict sent with every job of a run (game, traversal config, run seed)."""
+    return {"game": {"name": cfg.game.name, "params": dict(cfg.game.params)},
+            "traversal": {**vars(cfg.traversal), "model_ids": list(cfg.traversal.model_ids)},
+            "seed": cfg.run.seed}
+
+
+class JobLedger:
+    """RUN_DIR/jobs.jsonl, the job ledger: a line when a trainer starts
+    ({"start": first iteration, "pid"}) and one per committed job ({"it",
+    "p" (traverser), "job", "first" and "n" (its traversal ids), "attempt",
+    "adv" and "strat" (rows committed)}). The lines after a start supersede
+    those of earlier starts for the same iterations (a resumed run redoes the
+    iterations after its checkpoint), so every traversal id of every phase
+    appears exactly once in a run's effective ledger (benchmarks/chaos.py)."""
+
+    def __init__(self, path, start_iteration):
+        import json
+        import os
+        self._json = json
+        self.f = open(path, "a")
+        self._write({"start": int(start_iteration), "pid": os.getpid()})
+
+    def _write(self, line):
+        self.f.write(self._json.dumps(line) + "\n")
+        self.f.flush()
+
+    def commit(self, job, adv_rows, strat_rows):
+        ids = np.asarray(job.ids)
+        self._write({"it": int(job.iteration), "p": int(job.traverser), "job": int(job.job_id),
+                     "first": int(ids[0]) if len(ids) else 0, "n": int(len(ids)), "attempt": int(job.attempt),
+                     "adv": int(adv_rows), "strat": int(strat_rows)})
+
+    def close(self):
+        self.f.close()
+
+
+def effective_ledger(path):
+    """The job lines of a ledger that stand (see JobLedger): {(iteration,
+    traverser): [lines]}, from the last start at or before each iteration."""
+    import json
+    phases = {}
+    for text in open(path):
+        line = json.loads(text)
+        if "start" in line:
+            for key in [k for k in phases if k[0] >= line["start"]]:
+                del phases[key]            # redone by this start
+            continue
+        phases.setdefault((line["it"], line["p"]), []).append(line)
+    return phases

@@ -1,15 +1,17 @@
 """The embedded local default: the trainer starts the batcher and N workers
-as subprocesses on this machine and supervises them. They talk over an ipc://
-endpoint (a Unix socket in a fresh temporary directory, removed at stop) by
-default, or over TCP on loopback with service.batcher_transport = tcp. With
+as subprocesses on this machine. They talk over an ipc:// endpoint (a Unix
+socket in a fresh temporary directory, removed at stop) by default, or over
+TCP on loopback with service.batcher_transport = tcp. With
 service.batcher_shm (the default) the rows and answers of each round go
 through shared-memory files in a second fresh directory (under /dev/shm where
 there is one, removed at stop) and only small headers through the socket.
 
-A child that dies is restarted (up to service.max_restarts times each; a
-dead worker's job is handed out again), after which the run stops with an
-error naming the child and its log. Children get SIGTERM when the trainer
-dies, however it dies (PR_SET_PDEATHSIG), so no orphans outlive a run.
+Both directories hold an `owner` file with the trainer's pid and start time.
+A trainer killed outright cannot remove them; the next local start on the
+machine does (remove_stale_dirs), for every such directory whose owner is no
+longer running, and never one of a live run. Children get SIGTERM when the
+trainer dies, however it dies (PR_SET_PDEATHSIG), so no orphans outlive a
+run. trainer/supervise.py restarts children that die.
 """
 import ctypes
 import os
@@ -36,7 +38,9 @@ def local_endpoint(transport="ipc"):
     where ZeroMQ has no ipc transport (Windows builds)."""
     if local_transport(transport) == "ipc":
         import tempfile
-        return f"ipc://{tempfile.mkdtemp(prefix='deepcfr-')}/batcher.sock"
+        directory = tempfile.mkdtemp(prefix=SOCKET_PREFIX)
+        write_owner(directory)
+        return f"ipc://{directory}/batcher.sock"
     return f"tcp://127.0.0.1:{free_port()}"
 
 
@@ -54,9 +58,10 @@ def remove_local_endpoint(endpoint):
     if not endpoint.startswith("ipc://"):
         return
     path = Path(endpoint[len("ipc://"):])
-    for p in (path, path.parent):
+    directory = path.parent
+    for p in (path, directory / OWNER_FILE, directory):
         try:
-            p.unlink() if p is path else p.rmdir()
+            p.rmdir() if p is directory else p.unlink()
         except OSError:
             pass
 
@@ -66,7 +71,77 @@ def local_shm_dir():
     /dev/shm where there is one. The caller removes it."""
     import tempfile
     from batcher.shm import default_parent
-    return tempfile.mkdtemp(prefix="deepcfr-shm-", dir=default_parent())
+    directory = tempfile.mkdtemp(prefix=SHM_PREFIX, dir=default_parent())
+    write_owner(directory)
+    return directory
+
+
+SOCKET_PREFIX = "deepcfr-"          # ipc socket directories, in the temporary directory
+SHM_PREFIX = "deepcfr-shm-"         # shared-memory slot directories, under /dev/shm where there is one
+OWNER_FILE = "owner"
+
+
+def process_start_time(pid):
+    """When process `pid` started, in clock ticks since boot (Linux), or None
+    where that cannot be read: with the pid, it names one process even after
+    the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def write_owner(directory, pid=None):
+    """Record in `directory` the process that owns it (this one by default)."""
+    pid = os.getpid() if pid is None else pid
+    Path(directory, OWNER_FILE).write_text(f"{pid} {process_start_time(pid) or 0}\n")
+
+
+def owner_alive(directory):
+    """Whether the process recorded in `directory`'s owner file still runs;
+    True where there is no readable owner file (not ours to judge)."""
+    try:
+        pid, started = (int(x) for x in Path(directory, OWNER_FILE).read_text().split())
+    except (OSError, ValueError):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True                 # another user's process: running
+    now = process_start_time(pid)
+    return not (started and now and now != started)    # a pid reused by a later process: the owner is gone
+
+
+def remove_stale_dirs(log=None):
+    """Remove the socket and shared-memory directories of local runs whose
+    trainer is no longer running (killed before it could remove them); returns
+    the paths removed. A directory without an owner file, of another user, or
+    of a running process is left alone."""
+    import tempfile
+    from batcher.shm import default_parent
+    removed = []
+    for parent, prefix in ((tempfile.gettempdir(), SOCKET_PREFIX), (default_parent(), SHM_PREFIX)):
+        try:
+            entries = list(os.scandir(parent))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid()
+            except OSError:
+                continue
+            if not (entry.name.startswith(prefix) and mine) or owner_alive(entry.path):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            if not os.path.exists(entry.path):
+                removed.append(entry.path)
+    if removed and log is not None:
+        log(f"removed {len(removed)} directories left by killed runs: {', '.join(removed)}")
+    return removed
 
 
 def _die_with_parent():
@@ -125,8 +200,8 @@ class LocalServices:
         self.log = log
         self.batcher = None
         self.workers = []
-        self.on_worker_death = None
         self.shm_dir = ""
+        remove_stale_dirs(log)
         if self.svc.batcher:
             self.batcher_endpoint = self.svc.batcher
         else:
@@ -154,28 +229,6 @@ class LocalServices:
                    "--adv-dtype", self.svc.adv_dtype, "--shm-dir", self.shm_dir]
             self.workers.append(Child(f"worker{i}", cmd, self.run_dir / "logs" / f"worker{i}.log").start())
         return self
-
-    def supervise(self):
-        """Restart dead children; raise once a child has used up its restarts."""
-        for child in ([self.batcher] if self.batcher else []) + self.workers:
-            if child.alive():
-                continue
-            code = child.proc.returncode
-            if child.restarts >= self.svc.max_restarts:
-                raise RuntimeError(f"{child.name} exited with code {code} and has been restarted "
-                                   f"{child.restarts} times; see {child.log_path}:\n{child.tail()}")
-            child.restarts += 1
-            self.log(f"{child.name} (pid {child.proc.pid}) exited with code {code}; restarting "
-                     f"({child.restarts}/{self.svc.max_restarts})")
-            if child is not self.batcher and self.on_worker_death is not None:
-                self.on_worker_death(child.proc.pid)
-            child.start()
-            if child is self.batcher:
-                wait_for_batcher(self.batcher_endpoint, timeout_s=60, curve_keys=self.svc.curve_keys)
-                if self.on_batcher_restart is not None:
-                    self.on_batcher_restart()
-
-    on_batcher_restart = None
 
     def restarts(self):
         return {c.name: c.restarts for c in ([self.batcher] if self.batcher else []) + self.workers}

@@ -79,3 +79,20 @@ def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, g
         stats["steps"] = len(losses)
     tail = losses[-max(1, len(losses) // 10):]
     return float(np.mean(tail))
+
+
+def held_out_error(net, rows, device="cpu"):
+    """An advantage net's error on sample rows it has not trained on:
+    {"heldout_mse": the weighted squared error summed over legal actions (the
+    training loss's form), "heldout_zero_mse": the same for predicting 0}.
+    Below the second, the net carries over something to states it has not
+    seen; the first can never go below the targets' own noise."""
+    with torch.inference_mode():
+        pred = net(torch.from_numpy(np.asarray(rows["info"]).astype(np.float32)).to(device)).cpu().double().numpy()
+    mask = np.asarray(rows["mask"]).astype(bool)
+    target = np.asarray(rows["target"], dtype=np.float64)
+    w = np.asarray(rows["weight"], dtype=np.float64)
+    w = w / w.sum()
+    err = np.where(mask, (pred - target) ** 2, 0.0).sum(axis=1)
+    zero = np.where(mask, target ** 2, 0.0).sum(axis=1)
+    return {"heldout_mse": float((w * err).sum()), "heldout_zero_mse": float((w * zero).sum())}

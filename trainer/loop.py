@@ -14,7 +14,6 @@ import json
 import math
 import os
 import random
-import shlex
 import time
 from pathlib import Path
 
@@ -22,16 +21,16 @@ import numpy as np
 import torch
 
 import engine
-from batcher.client import BatcherClient
 from batcher.networks import MLP
 from batcher.server import resolve_device
 from trainer import checkpoint as ck
 from trainer.config import config_to_dict
-from trainer.jobs import Job, JobServer
-from trainer.launcher import LocalServices
-from trainer.learn import advantage_loss, strategy_loss, train_net
+from trainer.jobs import Job, JobLedger, JobServer, phase_config
+from trainer.learn import advantage_loss, held_out_error, strategy_loss, train_net
 from trainer.memory import MergingMemory, ReservoirMemory
 from agents.progress import progress
+from trainer.summary import iteration_line
+from trainer.supervise import Supervisor, counter_growth
 
 STRATEGY_MODEL = 2
 
@@ -117,18 +116,6 @@ class Trainer:
             self.log("resuming without memories (run.save_memories was off): they start empty")
         self.log(f"resumed from {ckpt['path']} at iteration {self.start_iteration}")
 
-    def _push(self, client, player):
-        self.versions[player] += 1
-        client.push_weights(player, self.nets[f"adv{player}"].to("cpu"), self.versions[player])
-        self.nets[f"adv{player}"].to(self.device)
-
-    def _push_all(self, client):
-        pong = client.ping()
-        for p in (0, 1):
-            current = int(pong.get("models", {}).get(str(p), -1))
-            self.versions[p] = max(self.versions[p], current)
-            self._push(client, p)
-
     # ---- phases
     def _jobs(self, t, p, job_size):
         n = self.cfg.train.traversals
@@ -147,7 +134,8 @@ class Trainer:
         workers = self.cfg.service.workers or server.live_workers()
         return max(1, math.ceil(self.cfg.train.traversals / max(1, workers)))
 
-    def _traverse(self, server, services, t, p, job_config):
+    def _traverse(self, server, sup, t, p, job_config):
+        sup.check()         # workers that died since the last phase, a batcher without weights
         jobs = self._jobs(t, p, self._job_size(server))
         bar = self._bar(total=self.cfg.train.traversals, desc=f"iter {t} traverse p{p}", unit="trav")
         added = {"adv": 0, "strat": 0}
@@ -167,10 +155,11 @@ class Trainer:
             if strat is not None:
                 self.strat_mem.add(strat)
                 added["strat"] += len(strat["weight"])
+            self.ledger.commit(job, 0 if adv is None else len(adv["weight"]), 0 if strat is None else len(strat["weight"]))
 
         before_req, before_drop = server.requeued, server.dropped_rows
         server.run_phase(jobs, job_config, commit,
-                         supervise=services.supervise if services else None,
+                         supervise=sup.check,
                          progress=bar.update if bar else None,
                          log=self.log)
         if bar:
@@ -349,9 +338,7 @@ class Trainer:
             mem_name = f"iter_{t:06d}.memories.npz"
             arrays = {**self.adv_mem[0].state_dict("adv0"), **self.adv_mem[1].state_dict("adv1"),
                       **self.strat_mem.state_dict("strategy")}
-            tmp = d / (mem_name + ".tmp.npz")
-            np.savez(tmp, **arrays)
-            os.replace(tmp, d / mem_name)
+            ck.write_durably(d / mem_name, lambda f: np.savez(f, **arrays))
         payload = {
             "config": config_to_dict(self.cfg),
             "nets": {k: {n: v.detach().cpu() for n, v in net.state_dict().items()} for k, net in self.nets.items()},
@@ -371,9 +358,9 @@ class Trainer:
     def run(self):
         cfg = self.cfg
         server = JobServer(cfg.service.jobs_bind, cfg.service.heartbeat_timeout_s, curve_keys=cfg.service.curve_keys)
-        services = None
-        client = None
+        sup = None
         metrics_f = open(self.run_dir / "metrics.jsonl", "a")
+        self.ledger = JobLedger(self.run_dir / "jobs.jsonl", self.start_iteration)
         tb = None
         if cfg.run.tensorboard:
             try:
@@ -384,21 +371,17 @@ class Trainer:
         t_start = time.monotonic()
         last_metrics = {}
         warm = {}       # the warm start's figures, for the first metrics line and the summary
-        if cfg.train.warm_start_games > 0 and (self.start_iteration == 1 or cfg.train.warm_start_share > 0):
-            warm = self._warm_start(pretrain=self.start_iteration == 1)
         try:
-            services = LocalServices(cfg, self.run_dir, server.endpoint, log=self.log)
-            services.on_worker_death = server.worker_died
-            services.start()
-            client = BatcherClient(services.batcher_endpoint, timeout_s=120, curve_keys=cfg.service.curve_keys)
-            services.on_batcher_restart = lambda: self._push_all(client)
-            self._push_all(client)
-            stats_at = batcher_snapshot(client)
-            self.log(f"run dir {self.run_dir}; batcher {services.batcher_endpoint}; jobs {server.endpoint}; "
+            # the services start first, so that the warm start is supervised like every other phase
+            sup = self.supervisor = Supervisor(self, server).start()
+            if cfg.train.warm_start_games > 0 and (self.start_iteration == 1 or cfg.train.warm_start_share > 0):
+                sup.enter("warm start")
+                warm = self._warm_start(pretrain=self.start_iteration == 1)
+            sup.enter("push")
+            stats_at = sup.stats()         # pushes the weights first
+            self.log(f"run dir {self.run_dir}; batcher {sup.services.batcher_endpoint}; jobs {server.endpoint}; "
                      f"{cfg.service.workers} local worker(s)")
-            job_config = {"game": {"name": cfg.game.name, "params": dict(cfg.game.params)},
-                          "traversal": {**vars(cfg.traversal), "model_ids": list(cfg.traversal.model_ids)},
-                          "seed": cfg.run.seed}
+            job_config = phase_config(cfg)
             t = self.start_iteration - 1
             for t in range(self.start_iteration, cfg.train.iterations + 1):
                 m = {"iteration": t, **(warm if t == self.start_iteration else {})}
@@ -408,10 +391,11 @@ class Trainer:
                         # the opponent's policy in this phase, as the strategy memory samples it
                         self.sdcfr.add(1 - p, self.nets[f"adv{1 - p}"], t)
                     t0 = time.monotonic()
-                    added = self._traverse(server, services, t, p, job_config)
+                    sup.enter("traverse", t)
+                    added = self._traverse(server, sup, t, p, job_config)
                     m[f"time_traverse_s_{p}"] = time.monotonic() - t0
                     # a snapshot per phase: a batcher restart loses only that phase's earlier rows
-                    bstats = batcher_snapshot(client)
+                    bstats = sup.stats()
                     batcher_rows += counter_growth(stats_at, bstats, "rows")[0]
                     if "shm_requests" in bstats and "shm_requests" in stats_at:
                         batcher_shm += counter_growth(stats_at, bstats, "shm_requests")[0]
@@ -422,9 +406,11 @@ class Trainer:
                         m[f"adv_heldout_mse_{p}"] = added["heldout_mse"]
                         m[f"adv_heldout_zero_mse_{p}"] = added["heldout_zero_mse"]
                     t0 = time.monotonic()
+                    sup.enter("train")
                     m[f"adv_loss_{p}"] = self._train_advantage(p, t)
                     m[f"time_train_s_{p}"] = time.monotonic() - t0
-                    self._push(client, p)
+                    sup.enter("push")
+                    sup.push(p)
                 m["time_traverse_s"] = m["time_traverse_s_0"] + m["time_traverse_s_1"]
                 m["time_train_s"] = m["time_train_s_0"] + m["time_train_s_1"]
                 m["batcher_rows"] = batcher_rows
@@ -441,6 +427,7 @@ class Trainer:
                 strategy_due = last or do_eval or (cfg.train.strategy_every > 0 and t % cfg.train.strategy_every == 0)
                 if strategy_due and (self.sdcfr is None or cfg.train.strategy_steps > 0):
                     t0 = time.monotonic()
+                    sup.enter("train")
                     m["strategy_loss"] = self._train_strategy(t)
                     m["time_strategy_s"] = time.monotonic() - t0
                 if do_eval:
@@ -448,11 +435,13 @@ class Trainer:
                     if cfg.run.progress and self.game.name == "lost_cities":
                         self.log(f"iter {t}: evaluating, {cfg.eval.lc_games} games against each of "
                                  f"{', '.join(cfg.eval.opponents)}")
+                    sup.enter("evaluate")
                     m.update(self._evaluate(t, first, last))
                     m["time_eval_s"] = time.monotonic() - t0
                 m["requeued_jobs"] = self.counters["requeued_jobs"]
                 m["dropped_rows"] = self.counters["dropped_rows"]
-                m["restarts"] = sum(services.restarts().values())
+                m["restarts"] = sup.total_restarts()     # by this trainer process, every phase
+                m["restarts_batcher"], m["restarts_worker"] = sup.restarts["batcher"], sup.restarts["worker"]
                 m["wall_s"] = time.monotonic() - t_start
                 metrics_f.write(json.dumps({k: v for k, v in m.items() if v is not None}) + "\n")
                 metrics_f.flush()
@@ -460,9 +449,10 @@ class Trainer:
                     for k, v in m.items():
                         if isinstance(v, (int, float)) and k != "iteration":
                             tb.add_scalar(k, v, t)
-                self.log(_summary(m))
+                self.log(iteration_line(m))
                 last_metrics = m
                 if last or (cfg.run.checkpoint_every > 0 and t % cfg.run.checkpoint_every == 0):
+                    sup.enter("checkpoint")
                     path = self.save(t)
                     self.log(f"checkpoint {path}")
                 if last:
@@ -470,31 +460,12 @@ class Trainer:
             return {**warm, **last_metrics} if last_metrics else last_metrics
         finally:
             metrics_f.close()
+            self.ledger.close()
             if tb is not None:
                 tb.close()
-            if client is not None:
-                client.close()
-            server.stop_workers(wait_s=0.5)
-            if services is not None:
-                services.stop()
+            if sup is not None:
+                sup.close()
             server.close()
-
-
-def held_out_error(net, rows, device="cpu"):
-    """An advantage net's error on sample rows it has not trained on:
-    {"heldout_mse": the weighted squared error summed over legal actions (the
-    training loss's form), "heldout_zero_mse": the same for predicting 0}.
-    Below the second, the net carries over something to states it has not
-    seen; the first can never go below the targets' own noise."""
-    with torch.inference_mode():
-        pred = net(torch.from_numpy(np.asarray(rows["info"]).astype(np.float32)).to(device)).cpu().double().numpy()
-    mask = np.asarray(rows["mask"]).astype(bool)
-    target = np.asarray(rows["target"], dtype=np.float64)
-    w = np.asarray(rows["weight"], dtype=np.float64)
-    w = w / w.sum()
-    err = np.where(mask, (pred - target) ** 2, 0.0).sum(axis=1)
-    zero = np.where(mask, target ** 2, 0.0).sum(axis=1)
-    return {"heldout_mse": float((w * err).sum()), "heldout_zero_mse": float((w * zero).sum())}
 
 
 def _ordered(chunks):
@@ -505,184 +476,7 @@ def _ordered(chunks):
     return {k: v[order] for k, v in cat.items()}
 
 
-def batcher_snapshot(client):
-    """The batcher's stats, stamped with the local monotonic time of the reply
-    (`taken_at`), for counter_growth."""
-    stats = client.stats()
-    stats["taken_at"] = time.monotonic()
-    return stats
-
-
-def counter_growth(before, after, key):
-    """(growth, restarted): how much the counter `key` of a service grew
-    between two stats snapshots, and whether the service restarted in between.
-
-    Snapshots are dicts holding `key`, the service's `uptime_s` and the local
-    `taken_at` (batcher_snapshot); a `pid` is compared when both have one. The
-    service restarted if its uptime is shorter than the time between the
-    snapshots, its pid changed, or the counter went down. A restarted service
-    counts from zero, so the growth is then its count since the restart (what
-    the old process counted after `before` is lost). Never negative."""
-    restarted = (after["uptime_s"] < after["taken_at"] - before["taken_at"]
-                 or after[key] < before[key]
-                 or ("pid" in before and "pid" in after and before["pid"] != after["pid"]))
-    growth = after[key] if restarted else after[key] - before[key]
-    return max(0, growth), restarted
-
-
-def _summary(m):
-    """The one log line of an iteration."""
-    parts = [f"iter {m['iteration']}", f"traverse {m['time_traverse_s']:.1f}s", f"train {m['time_train_s']:.1f}s",
-             f"{m['queries_per_s']:,.0f} queries/s", f"adv loss {m.get('adv_loss_0') or 0:.4g}/{m.get('adv_loss_1') or 0:.4g}"]
-    for key in ("exploitability", "openspiel_exploitability", "strategy_net_exploitability"):
-        if key in m:
-            parts.append(f"{key} {m[key]:.4g}")
-    for r in opponent_results(m):
-        margin = "" if r["margin"] is None else f" margin {r['margin']:+.3g}"
-        parts.append(f"vs {r['opponent']} win {r['win_rate']:.3f}{margin}")
-    return " | ".join(parts)
-
-
-# An evaluation's keys per opponent X: vs_X_win_rate with a CI under either
-# name pair, and a point margin (or, by its older name, score difference).
-_RATE_CI = (("_win_lo", "_win_hi"), ("_win_rate_lo", "_win_rate_hi"))
-_MARGINS = ("_margin", "_score_diff")
-
-
-def opponent_results(m):
-    """[{opponent, win_rate, win_lo, win_hi, margin, margin_lo, margin_hi,
-    games, capped}] for every `vs_<opponent>_win_rate` in the metrics dict
-    `m`, in the dict's order; a part the evaluation did not report is None.
-    `capped`: games that the turn cap ended."""
-    out = []
-    for key in m:
-        if not (key.startswith("vs_") and key.endswith("_win_rate")) or m[key] is None:
-            continue
-        base = key[:-len("_win_rate")]
-        r = {"opponent": base[3:], "win_rate": m[key], "win_lo": None, "win_hi": None,
-             "margin": None, "margin_lo": None, "margin_hi": None, "games": m.get(base + "_games"),
-             "capped": m.get(base + "_capped")}
-        for lo, hi in _RATE_CI:
-            if base + lo in m and base + hi in m:
-                r["win_lo"], r["win_hi"] = m[base + lo], m[base + hi]
-                break
-        for name in _MARGINS:
-            if base + name in m:
-                r["margin"] = m[base + name]
-                r["margin_lo"], r["margin_hi"] = m.get(base + name + "_lo"), m.get(base + name + "_hi")
-                break
-        out.append(r)
-    return out
-
-
-SUMMARY_MAX_LINES = 12
 HELD_OUT_ROWS = 4096        # new advantage samples per phase scored before the net trains on them
-
-
-def final_summary(metrics, run_dir, cfg, first_iteration):
-    """What the main command prints when a run ends, at most SUMMARY_MAX_LINES
-    lines: the iterations, the wall time, the last evaluation with its 95%
-    intervals, the run directory, and the commands to evaluate, plot and
-    resume it. `metrics` is the last iteration's metrics line ({} when the
-    run had nothing left to do); metrics.jsonl holds every line."""
-    run = shlex.quote(str(run_dir))
-    planned = cfg.train.iterations
-    lines = []
-    if not metrics:
-        lines.append(f"nothing to do: the run is at iteration {first_iteration - 1} of {planned}")
-        more = max(planned, first_iteration - 1) * 2
-    else:
-        last = metrics["iteration"]
-        why = "" if last >= planned or cfg.train.time_limit_s <= 0 else \
-            f" (stopped by train.time_limit_s={cfg.train.time_limit_s:g})"
-        span = f"iteration {last}" if last == first_iteration else f"iterations {first_iteration}-{last}"
-        lines.append(f"done: {span} of {planned}{why}, "
-                     f"wall time {_duration(metrics.get('wall_s', 0.0))}, {cfg.game.name}")
-        more = planned * 2 if last >= planned else planned
-        if metrics.get("warm_start_games_labelled"):
-            lines.append(_warm_start_line(metrics, cfg))
-        note = cfg.run.summary_note.strip().splitlines() if cfg.run.summary_note.strip() else []
-        lines += _evaluation_lines(metrics, SUMMARY_MAX_LINES - 4 - len(lines) - len(note))
-        lines += note
-    resume = f"python -m trainer --resume {run}" + (f" --set train.iterations={more}" if more != planned else "")
-    lines += [f"run dir   {run_dir}  (every metric: {shlex.quote(str(Path(run_dir) / 'metrics.jsonl'))})",
-              f"evaluate  python -m agents.evaluate {run}",
-              f"plot      python -m trainer.plot {run}",
-              f"resume    {resume}"]
-    return "\n".join(lines)
-
-
-def _warm_start_line(m, cfg):
-    """The summary's line on the warm start: games, teacher, pretraining."""
-    tr = cfg.train
-    teacher = f"a {tr.warm_start_worlds}-world lookahead" if tr.warm_start_worlds else "the heuristic"
-    text = f"warm start: {m['warm_start_games_labelled']} games labelled by {teacher}"
-    if m.get("warm_start_label_s") is not None:
-        text += f" in {_duration(m['warm_start_label_s'])}"
-    steps = [m.get(f"warm_start_pretrain_steps_{name}") for name in ("adv0", "adv1", "strategy")]
-    if None not in steps:
-        text += (f", then {steps[0]} steps per net" if len(set(steps)) == 1
-                 else f", then {'/'.join(map(str, steps))} steps (adv0/adv1/strategy)")
-        if m.get("warm_start_pretrain_s") is not None:
-            text += f" in {_duration(m['warm_start_pretrain_s'])}"
-    return text
-
-
-def _evaluation_lines(m, budget):
-    """At most `budget` lines on the evaluation in the metrics line `m`."""
-    lines = []
-    expl = [(label, m[key]) for key, label in (("exploitability", "exploitability"),
-                                                ("openspiel_exploitability", "OpenSpiel"),
-                                                ("strategy_net_exploitability", "strategy net"))
-            if m.get(key) is not None]
-    results = opponent_results(m)
-    if not expl and not results:
-        return ["no evaluation in the last iteration"]
-    games = sorted({r["games"] for r in results if r["games"] is not None})
-    note = f", {games[0]} games per opponent" if len(games) == 1 else ""
-    ci = "95% intervals" if any(r["win_lo"] is not None or r["margin_lo"] is not None for r in results) else ""
-    paren = ", ".join(x for x in (ci, note[2:]) if x)
-    lines.append(f"evaluation after iteration {m['iteration']}" + (f" ({paren}):" if paren else ":"))
-    if expl:
-        (label, value), rest = expl[0], expl[1:]
-        extra = "; ".join(f"{k} {v:.4g}" for k, v in rest)
-        lines.append(f"  {label} {value:.4g}" + (f" ({extra})" if extra else ""))
-    width = max((len(r["opponent"]) for r in results), default=0)
-    room = budget - len(lines)
-    shown = results if len(results) <= room else results[:max(0, room - 1)]
-    rates = []
-    for r in shown:
-        rate = f"win rate {_pct(r['win_rate'])}"
-        if r["win_lo"] is not None and r["win_hi"] is not None:
-            rate += f" [{_pct(r['win_lo'])}, {_pct(r['win_hi'])}]"
-        rates.append(rate)
-    rate_width = max((len(x) for x in rates), default=0)
-    for r, rate in zip(shown, rates):
-        text = f"  vs {r['opponent']:<{width}}  {rate:<{rate_width}}"
-        if r["margin"] is not None:
-            text += f"   margin {r['margin']:+.1f}"
-            if r["margin_lo"] is not None and r["margin_hi"] is not None:
-                text += f" [{r['margin_lo']:+.1f}, {r['margin_hi']:+.1f}]"
-        counts = [f"{r['games']} games"] if r["games"] is not None and len(games) > 1 else []
-        if r["capped"]:
-            counts.append(f"{r['capped']} capped")
-        if counts:
-            text += f"   ({', '.join(counts)})"
-        lines.append(text.rstrip())
-    if len(shown) < len(results):
-        lines.append(f"  ... {len(results) - len(shown)} more opponents in metrics.jsonl")
-    return lines
-
-
-def _pct(x):
-    return f"{100 * x:.1f}%"
-
-
-def _duration(seconds):
-    seconds = int(round(seconds))
-    h, rem = divmod(seconds, 3600)
-    mins, sec = divmod(rem, 60)
-    return f"{h}h {mins:02d}m {sec:02d}s" if h else f"{mins}m {sec:02d}s"
 
 
 def _tuple_state(x):

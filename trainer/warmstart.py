@@ -114,18 +114,16 @@ def _read_cache(path, meta):
 
 def _write_cache(path, meta, parts, deals):
     """Save the labelled decisions (not the targets, which follow from them)
-    and the deals of their games, atomically: a crash mid-write leaves no
-    half file under `path`."""
+    and the deals of their games, durably (trainer.checkpoint.write_durably):
+    a crash mid-write leaves no half file under `path`, and a failed write
+    raises CheckpointWriteError."""
     import json
-    import os
+    from trainer.checkpoint import write_durably
     arrays = {"meta": np.array(json.dumps(meta)), "deals": np.asarray(deals, dtype=np.int64)}
     for p in (0, 1):
         for i, name in enumerate(("info", "mask", "act")):
             arrays[f"{name}{p}"] = np.concatenate([part[p][i] for part in parts])
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        np.savez_compressed(f, **arrays)
-    os.replace(tmp, path)
+    write_durably(path, lambda f: np.savez_compressed(f, **arrays))
 
 
 def _play_parallel(name, params, seeds, worlds, explore, procs, progress, deadline):
@@ -286,14 +284,13 @@ def save_prior(run_dir, cfg, nets):
     checkpoint of iteration 0 with the config, the nets and their spec (no
     optimizers or RNG: it is for playing, not resuming), which
     agents.evaluate reads as the `prior` opponent or baseline. Written
-    durably (temporary file, fsync, rename, directory fsync) once, when the
+    durably (trainer.checkpoint.write_durably) once, when the
     warm start pretrains; `latest` is left alone, and a resumed run keeps the
     file as it is. Returns its path."""
-    import os
-
     import torch
 
     from agents.checkpoint import FORMAT, prior_checkpoint
+    from trainer.checkpoint import write_durably
     from trainer.config import config_to_dict
     path = prior_checkpoint(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -301,18 +298,5 @@ def save_prior(run_dir, cfg, nets):
                "nets": {k: {n: v.detach().cpu().clone() for n, v in net.state_dict().items()}
                         for k, net in nets.items()},
                "net_spec": nets["strategy"].spec()}
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    try:
-        fd = os.open(path.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return path                 # a platform whose directories cannot be opened
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_durably(path, lambda f: torch.save(payload, f))
     return path
