@@ -44,13 +44,14 @@ import math
 import os
 import signal
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import zmq
 
 from batcher import protocol as P
+from batcher.options import BatcherOptions, BindError, DeviceError, resolve_device  # noqa: F401 (users import them from here)
+from batcher.records import Flight, Model, Pending, Request, Stats
 from batcher.shm import HEADER_BYTES, ServerMaps, ShmError
 from batcher.weights import net_from_bytes
 
@@ -58,183 +59,6 @@ log = logging.getLogger("batcher")
 
 MAX_HEADER_BYTES = 1 << 20      # headers are small maps; anything larger is refused
 MAX_SPEC_PARAMS = 1 << 28       # a weights spec may not describe a larger net (about 1 GiB of float32)
-
-
-class DeviceError(RuntimeError):
-    pass
-
-
-class BindError(RuntimeError):
-    pass
-
-
-def resolve_device(name, what="--device"):
-    """'auto' -> cuda if available else cpu; 'cuda' without CUDA, or a GPU
-    index that is not there, raises DeviceError naming `what` (the option or
-    config key the name came from)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
-            raise DeviceError(f"{what} {name}: CUDA is not available ({why}, torch {torch.__version__})")
-        try:
-            device = torch.device(name)
-        except RuntimeError:
-            raise DeviceError(f"{what} {name}: not a device name (use cuda or cuda:N)") from None
-        count = torch.cuda.device_count()
-        if device.index is not None and device.index >= count:
-            raise DeviceError(f"{what} {name}: no such GPU ({count} visible: cuda:0..cuda:{count - 1})")
-        return device
-    if name == "cpu":
-        return torch.device("cpu")
-    raise DeviceError(f"{what} {name}: unknown device (use auto, cuda or cpu)")
-
-
-@dataclass
-class BatcherOptions:
-    bind: str = "tcp://127.0.0.1:5555"
-    """Endpoint to bind (loopback by default)."""
-    device: str = "auto"
-    """auto, cuda, cuda:N or cpu."""
-    max_batch: int = 2048
-    """Most rows in one forward (a larger single request runs alone)."""
-    max_wait_us: int = 500
-    """Longest wait after a model's oldest queued row before its forward runs."""
-    autocast: str = "none"
-    """none, bf16 or fp16 (GPU autocast for the forward)."""
-    max_message_bytes: int = P.DEFAULT_MAX_MESSAGE_BYTES
-    """Larger messages get a too_large error reply."""
-    log_interval_s: float = 10.0
-    """Seconds between periodic log lines (0 = off)."""
-    torch_threads: int = 0
-    """torch intra-op threads on CPU (0 = torch's default)."""
-    curve_keys: str = ""
-    """Directory of CURVE keys (python -m batcher.keys): only key holders may connect."""
-    null_forward: bool = False
-    """Benchmark mode: answer ones (uniform policy) without running the net; never for training."""
-    forwards_in_flight: int = 2
-    """GPU: forwards launched before the oldest must be answered (1 = wait for each forward
-    before going on). While the device computes, the loop receives and stages the next batch."""
-    shm_dir: str = ""
-    """Directory of clients' shared-memory slots (batcher.shm): infer requests from this machine
-    may pass their rows and answers there instead of through the socket. Empty = refused."""
-
-
-class _Model:
-    __slots__ = ("net", "version", "spec", "input_size", "num_actions")
-
-    def __init__(self, net, version, spec):
-        self.net = net
-        self.version = version
-        self.spec = spec
-        self.input_size = spec["input_size"]
-        self.num_actions = spec["num_actions"]
-
-
-class _Request:
-    """One infer message: its segments' answers are collected here until the
-    last one is in, then the reply goes out (or one error, if any failed)."""
-    __slots__ = ("identity", "req_id", "models", "parts", "versions", "left", "segmented", "failed", "adv_dtype",
-                 "shm")
-
-    def __init__(self, identity, req_id, models, segmented, adv_dtype, shm=None):
-        self.adv_dtype = adv_dtype      # numpy dtype of the answer
-        self.shm = shm                  # (slot bytes, its sequence view, seq, answer offsets), or None
-        self.identity = identity
-        self.req_id = req_id
-        self.models = models
-        self.parts = [None] * len(models)
-        self.versions = [0] * len(models)
-        self.left = len(models)
-        self.segmented = segmented
-        self.failed = False
-
-
-class _Pending:
-    """One segment of a request, waiting in its model's queue."""
-    __slots__ = ("request", "slot", "rows", "arrived")
-
-    def __init__(self, request, slot, rows, arrived):
-        self.request = request
-        self.slot = slot
-        self.rows = rows
-        self.arrived = arrived
-
-
-class _Flight:
-    """One forward launched on the device, its answers not yet sent: `out` is
-    a numpy array (CPU, null forward) or a host tensor that is valid once
-    `event` (None when already done) has completed."""
-    __slots__ = ("model_id", "version", "batch", "total", "out", "event", "t0", "waits")
-
-    def __init__(self, model_id, version, batch, total, out, event, t0, waits):
-        self.model_id = model_id
-        self.version = version
-        self.batch = batch
-        self.total = total
-        self.out = out
-        self.event = event
-        self.t0 = t0
-        self.waits = waits
-
-
-class _Stats:
-    """Counters since start, plus a window since the last periodic log."""
-
-    def __init__(self, max_batch):
-        self.started = time.monotonic()
-        self.requests = 0
-        self.rows = 0
-        self.forwards = 0
-        self.forward_s = 0.0
-        self.errors = collections.Counter()
-        self.weight_updates = 0
-        self.shm_requests = 0
-        self.per_model = collections.defaultdict(lambda: {"requests": 0, "rows": 0, "forwards": 0})
-        self.bins = [1 << i for i in range(int(math.log2(max(max_batch, 1))) + 2)]
-        self.batch_hist = [0] * len(self.bins)
-        self.waits_us = collections.deque(maxlen=20000)
-        self.latest = collections.deque(maxlen=20000)   # (time, rows) of recent forwards
-
-    def forward(self, model_id, rows, n_requests, seconds, waits_us):
-        self.forwards += 1
-        self.forward_s += seconds
-        self.rows += rows
-        self.requests += n_requests
-        pm = self.per_model[model_id]
-        pm["rows"] += rows
-        pm["requests"] += n_requests
-        pm["forwards"] += 1
-        i = min(len(self.bins) - 1, max(0, math.ceil(math.log2(max(rows, 1)))))
-        self.batch_hist[i] += 1
-        self.waits_us.extend(waits_us)
-        self.latest.append((time.monotonic(), rows, n_requests))
-
-    def snapshot(self, models):
-        now = time.monotonic()
-        up = max(now - self.started, 1e-9)
-        recent = [x for x in self.latest if now - x[0] <= 10.0]
-        span = min(10.0, up)
-        waits = np.asarray(self.waits_us, dtype=np.float64)
-        pct = (lambda q: float(np.percentile(waits, q))) if len(waits) else (lambda q: 0.0)
-        return {
-            "uptime_s": up,
-            "requests": self.requests, "rows": self.rows, "forwards": self.forwards,
-            "requests_per_s": sum(x[2] for x in recent) / span,
-            "rows_per_s": sum(x[1] for x in recent) / span,
-            "mean_batch": self.rows / max(self.forwards, 1),
-            "batch_hist": {"bins_upper": self.bins, "counts": list(self.batch_hist)},
-            "queue_wait_us": {"mean": float(waits.mean()) if len(waits) else 0.0, "p50": pct(50), "p99": pct(99)},
-            "forward_ms_mean": 1000 * self.forward_s / max(self.forwards, 1),
-            "busy_fraction": self.forward_s / up,
-            "per_model": {str(k): dict(v) for k, v in self.per_model.items()},
-            "errors": dict(self.errors),
-            "weight_updates": self.weight_updates,
-            "shm_requests": self.shm_requests,
-            "cpu_s": time.process_time(),       # this process, all threads (ZeroMQ's I/O thread too)
-            "versions": {str(k): m.version for k, m in models.items()},
-        }
 
 
 class Batcher:
@@ -276,7 +100,7 @@ class Batcher:
         self.models = {}
         self.queues = collections.defaultdict(collections.deque)
         self.queued_rows = collections.Counter()
-        self.stats = _Stats(options.max_batch)
+        self.stats = Stats(options.max_batch)
         self._running = False
         self._stage = {}            # (slot, wire dtype) -> host staging tensor (pinned on GPU)
         self._flights = collections.deque()     # forwards launched, answers not yet sent (oldest first)
@@ -298,7 +122,7 @@ class Batcher:
         self._set_model(model_id, copy.deepcopy(net).to(self.device), version, spec)
 
     def _set_model(self, model_id, net, version, spec):
-        self.models[int(model_id)] = _Model(net.eval(), int(version), dict(spec))
+        self.models[int(model_id)] = Model(net.eval(), int(version), dict(spec))
 
     # ---- main loop
     def stop(self):
@@ -431,7 +255,7 @@ class Batcher:
                                                         f"array frames, got {len(payload)}")
                 segments = P.decode_arrays(header, "rows", [f.buffer for f in payload], limit, expect_cols=cols)
                 shm = None
-            request = _Request(identity, header.get("id"), models, True, adv_dtype, shm)
+            request = Request(identity, header.get("id"), models, True, adv_dtype, shm)
         else:
             if "shm" in header:
                 raise P.ProtocolError("bad_shm", "a shared-memory infer takes the segmented form ('models')")
@@ -440,14 +264,14 @@ class Batcher:
             if len(payload) != 1:
                 raise P.ProtocolError("bad_frames", f"infer takes exactly 1 array frame, got {len(payload)}")
             segments = [P.decode_array(header, "rows", payload[0].buffer, limit, expect_cols=model.input_size)]
-            request = _Request(identity, header.get("id"), [model_id], False, adv_dtype)
+            request = Request(identity, header.get("id"), [model_id], False, adv_dtype)
         if any(rows.shape[0] == 0 for rows in segments):
             raise P.ProtocolError("bad_shape", "infer with zero rows")
         if request.shm is not None:
             self.stats.shm_requests += 1
         now = time.monotonic()
         for slot, (model_id, rows) in enumerate(zip(request.models, segments)):
-            self.queues[model_id].append(_Pending(request, slot, rows, now))
+            self.queues[model_id].append(Pending(request, slot, rows, now))
             self.queued_rows[model_id] += rows.shape[0]
 
     def _shm_segments(self, header, specs, adv_dtype):
@@ -601,7 +425,7 @@ class Batcher:
                 self._fail(p.request, "forward_failed", f"{type(e).__name__}: {e}")
             return
         self._slot = (self._slot + 1) % self._max_flights
-        self._flights.append(_Flight(model_id, model.version, batch, total, out, event, t0, waits))
+        self._flights.append(Flight(model_id, model.version, batch, total, out, event, t0, waits))
         if event is None:
             self._retire()
 
