@@ -34,7 +34,8 @@ import torch
 from agents.exact import POKER_GAMES, exploitability
 from agents.head_to_head import (comparison_metrics, flat, is_side, load_baseline, load_side, paired,
                                  split_opponents, vs_prior)
-from agents.matches import OPPONENTS, _as_policy, duplicate_match, parallel_match
+from agents.matches import _as_policy, duplicate_match, parallel_match
+from agents.players import OPPONENTS, agent_from_spec, opponent_of
 from agents.policy import AveragePolicy, Policy, policy_from_checkpoint, policy_probs
 
 DEFAULT_OPPONENTS = ("random", "heuristic")
@@ -93,8 +94,9 @@ def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, op
     games: `exploiter_games`, default lc_games) also "exploiter_margin" with
     "_lo"/"_hi": the exploiter's margin, a lower bound on exploitability.
     `record` ({opponent: list of lists}) records games as duplicate_match does.
-    With `jobs` > 1 and `spec` (agent_from_spec's description of `agent`),
-    the Lost Cities matches run in that many processes (parallel_match).
+    With `jobs` > 1 and `spec` (agents.players.agent_from_spec's
+    description of `agent`), the Lost Cities matches run in that many
+    processes (parallel_match).
     `prior_of`, a run directory: the policy also plays that run's warm-start
     prior (the same read-out) head to head, "vs_prior_*" (agents.head_to_head.
     vs_prior), if the run has one."""
@@ -121,10 +123,11 @@ def evaluate(game, agent, lc_games=2000, opponents=DEFAULT_OPPONENTS, seed=0, op
         for opp in opponents:
             n = exploiter_games if (opp == "exploiter" and exploiter_games) else lc_games
             if jobs > 1:
-                r = parallel_match(spec, opp, n, seed=seed, worlds=worlds, jobs=jobs, progress=progress,
-                                   record=(record or {}).get(opp), agent=agent)
+                r = parallel_match(spec, opponent_of(opp), n, seed=seed, worlds=worlds, jobs=jobs,
+                                   progress=progress, record=(record or {}).get(opp), agent=agent,
+                                   build=agent_from_spec)
             else:
-                r = duplicate_match(game, agent, opp, n, seed=seed, worlds=worlds, progress=progress,
+                r = duplicate_match(game, agent, opponent_of(opp), n, seed=seed, worlds=worlds, progress=progress,
                                     record=(record or {}).get(opp))
             k = f"vs_{opp}"
             for field in ("win_rate", "win_rate_lo", "win_rate_hi", "margin", "margin_lo", "margin_hi",

@@ -42,7 +42,8 @@ for wins (a tie counts half) and points, with 95% intervals over the deals.
 import numpy as np
 
 from agents.checkpoint import game_of, load_checkpoint, prior_checkpoint
-from agents.matches import OPPONENTS, _as_policy, match_summary, mean_ci, play_deals
+from agents.matches import _as_policy, match_summary, mean_ci, play_deals
+from agents.players import OPPONENTS, agent_from_spec, opponent_of
 from agents.policy import KINDS, CurrentPolicy, Policy, parse_kind, policy_from_checkpoint
 
 PREFIXES = ("run:", "search:")
@@ -246,7 +247,8 @@ def deal_diffs(game, agent, opponent, games, seed=0, worlds=16, bar=None, record
     player) on deals 0 .. games/2 - 1, seat 0 then seat 1 of each."""
     deals = range((games + 1) // 2)
     if isinstance(opponent, str):
-        return play_deals(game, agent, opponent, deals, seed=seed, worlds=worlds, bar=bar, record=record)
+        return play_deals(game, agent, opponent_of(opponent), deals, seed=seed, worlds=worlds, bar=bar,
+                          record=record)
     return play_sides(game, agent, opponent, deals, seed=seed, bar=bar, record=record)
 
 
@@ -311,7 +313,6 @@ _WORKER = {}
 
 def _worker_init(agent_spec, sides, baseline, kind, run, seed):
     import torch
-    from agents.matches import agent_from_spec
     torch.set_num_threads(1)
     game, _, agent = agent_from_spec(agent_spec)
     players = {"agent": agent, **{o: load_side(o, game, kind, run, seed=seed + 1) for o in sides}}
@@ -327,7 +328,7 @@ def _worker_play(who, opponent, lo, hi, seed, worlds):
         if isinstance(p, Policy):   # a sampled read-out: each chunk its own stream, whichever process plays it
             p.rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, lo, 0xC4A2 + i])
     if isinstance(opp, str):
-        return play_deals(game, player, opp, range(lo, hi), seed=seed, worlds=worlds)
+        return play_deals(game, player, opponent_of(opp), range(lo, hi), seed=seed, worlds=worlds)
     return play_sides(game, player, opp, range(lo, hi), seed=seed)
 
 
@@ -337,7 +338,7 @@ def run_matches(game, players, tasks, seed=0, worlds=16, jobs=1, init=None, prog
     that name, on deals 0 .. games/2 - 1 (deal_diffs). With `jobs` > 1 the
     deals of all tasks are split into chunks played by that many processes,
     each rebuilding the players from `init` = (agent spec as in
-    agents.matches.agent_from_spec, side specs, baseline spec or None,
+    agents.players.agent_from_spec, side specs, baseline spec or None,
     agent read-out, agent run, seed), players "agent", "baseline" and the
     side specs; deterministic players give the same diffs as one process."""
     import math

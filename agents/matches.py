@@ -2,10 +2,17 @@
 
 Every deal is played twice with the seats swapped, so most of the luck of
 the deal cancels; win rate (a tie counts half) and margin come with 95%
-intervals over the deals. Used by agents.evaluate and the search's command
-line (agents.search); the opponents it builds by name are engine.bots and
-the exploiter (agents.exploiter), the agents its workers rebuild are
-checkpoint read-outs (agents.policy) and the search player (agents.searcher).
+intervals over the deals. Used by agents.evaluate, agents.head_to_head and
+the search's command line (agents.search).
+
+An opponent is a bot's name (engine.bots: "random", "heuristic",
+"cautious"), a player with `.step(state)`, or a picklable factory
+`f(game, agent, seed, worlds) -> bot` that builds the bot from the agent it
+faces (agents.players.exploiter, the local best response). A parallel match
+rebuilds the agent in each worker process with the picklable builder it is
+given (agents.players.agent_from_spec). So this module builds nothing above
+the policies: the exploiter, the search player and checkpoints are
+agents.players' business.
 """
 import math
 
@@ -14,9 +21,9 @@ import torch
 
 from engine.bots import CautiousBot, HeuristicBot, RandomBot
 from engine.match import wilson_interval
-from agents.policy import AveragePolicy, Policy, policy_from_checkpoint
+from agents.policy import AveragePolicy, Policy
 
-OPPONENTS = ("random", "heuristic", "cautious", "exploiter")
+BOTS = ("random", "heuristic", "cautious")
 
 
 # --------------------------------------------------------------------------
@@ -32,28 +39,44 @@ def _as_policy(agent, seed=0, greedy=False):
     return AveragePolicy(agent, greedy=greedy, seed=seed)
 
 
-def make_opponent(kind, game, agent, seed=0, worlds=16):
-    """An opponent bot by name: "random", "heuristic", "cautious" (a second
-    rule-based bot that training never uses, engine.bots.CautiousBot), or "exploiter" (a local
-    best response to `agent`, agents.exploiter). Any other object with
-    `.step(state)` is used as it is."""
-    if not isinstance(kind, str):
-        if not callable(getattr(kind, "step", None)):
-            raise ValueError(f"an opponent needs a .step(state) method, got {kind!r}")
-        return kind
-    if kind == "exploiter":
-        from agents.exploiter import LocalBestResponse
-        if not isinstance(agent, Policy):
-            raise ValueError("the exploiter searches against a policy's probabilities; "
-                             f"{getattr(agent, 'name', type(agent).__name__)} has none")
-        return LocalBestResponse(game, agent, worlds=worlds, seed=seed)
-    if kind == "random":
-        return RandomBot(seed)
-    if kind == "heuristic":
-        return HeuristicBot(game)
-    if kind == "cautious":
-        return CautiousBot(game)
-    raise ValueError(f"unknown opponent {kind!r}; known: {', '.join(OPPONENTS)}")
+def _is_player(opponent):
+    return callable(getattr(opponent, "step", None))
+
+
+def make_bot(opponent, game, agent, seed=0, worlds=16):
+    """The bot that plays `opponent`: a bot by name ("random", "heuristic",
+    "cautious", a second rule-based bot that training never uses,
+    engine.bots.CautiousBot); an object with `.step(state)` as it is; a
+    factory's bot, factory(game, agent, seed, worlds)."""
+    if isinstance(opponent, str):
+        if opponent == "random":
+            return RandomBot(seed)
+        if opponent == "heuristic":
+            return HeuristicBot(game)
+        if opponent == "cautious":
+            return CautiousBot(game)
+        raise ValueError(f"unknown opponent {opponent!r}; known: {', '.join(BOTS)}, "
+                         "or a factory f(game, agent, seed, worlds) such as agents.players.exploiter")
+    if _is_player(opponent):
+        return opponent
+    if not callable(opponent):
+        raise ValueError("an opponent is a bot's name, a player with a .step(state) method or a factory "
+                         f"f(game, agent, seed, worlds); got {opponent!r}")
+    bot = opponent(game, agent, seed, worlds)
+    if not _is_player(bot):
+        raise ValueError(f"the opponent factory {_opponent_name(opponent)} gave {bot!r}, "
+                         "which has no .step(state) method")
+    return bot
+
+
+def _opponent_name(opponent):
+    """How progress and errors name an opponent: a bot's name, a factory's
+    own name ("exploiter"), or a player's class."""
+    if isinstance(opponent, str):
+        return opponent
+    if not _is_player(opponent) and callable(opponent):
+        return getattr(opponent, "__name__", type(opponent).__name__)
+    return type(opponent).__name__
 
 
 def mean_ci(x, lo=-math.inf, hi=math.inf):
@@ -102,8 +125,8 @@ def _match_bar(show, total, agent, opponent):
     if not show:
         return None
     from agents.progress import progress
-    name = opponent if isinstance(opponent, str) else type(opponent).__name__
-    return progress(total=total, desc=f"{getattr(agent, 'name', 'agent')} vs {name}", unit="game")
+    return progress(total=total, desc=f"{getattr(agent, 'name', 'agent')} vs {_opponent_name(opponent)}",
+                    unit="game")
 
 
 def play_deals(game, agent, opponent, deal_ids, seed=0, worlds=16, bar=None, record=None):
@@ -121,7 +144,7 @@ def play_deals(game, agent, opponent, deal_ids, seed=0, worlds=16, bar=None, rec
         # both games of a deal face the same random stream
         bots = [RandomBot(seed * 1000003 + deal_ids[g // 2]) for g in range(n)]
     else:
-        bot = make_opponent(opponent, game, agent, seed=seed, worlds=worlds)
+        bot = make_bot(opponent, game, agent, seed=seed, worlds=worlds)
         bots = [bot] * n
     active = list(range(n))
     while active:
@@ -191,39 +214,12 @@ def match_summary(diffs, capped=0):
 SEARCH_STATS = ("decisions", "seconds", "cpu_seconds", "worlds_played")
 
 
-def agent_from_spec(spec):
-    """(game, policy or None, agent) from a picklable description, so that
-    worker processes can rebuild the agent:
-        {"checkpoint": PATH, "policy": KIND, "seed": S, "search": SETTINGS or None}
-            a checkpoint's read-out (agents.policy), or the search player
-            with it as its blueprint (SETTINGS: SearchPlayer's keywords);
-        {"game": {"name": ..., **load_game keywords}, "search": SETTINGS}
-            the search player without a net."""
-    settings = spec.get("search")
-    if "checkpoint" in spec:
-        from agents.checkpoint import game_of, load_checkpoint
-        ckpt = load_checkpoint(spec["checkpoint"])
-        game = game_of(ckpt)
-        policy = policy_from_checkpoint(ckpt, spec["policy"], seed=spec.get("seed", 0))
-        if settings is None:
-            return game, policy, policy
-        from agents.searcher import SearchPlayer
-        return game, policy, SearchPlayer(game, blueprint=policy, **settings)
-    if "game" in spec and settings is not None:
-        import engine
-        from agents.searcher import SearchPlayer
-        kwargs = dict(spec["game"])
-        game = engine.load_game(kwargs.pop("name"), **kwargs)
-        return game, None, SearchPlayer(game, **settings)
-    raise ValueError(f"an agent spec names a checkpoint, or a game and search settings; got {spec!r}")
-
-
 _WORKER = {}
 
 
-def _match_worker_init(spec):
+def _match_worker_init(build, spec):
     torch.set_num_threads(1)
-    _WORKER["game"], _, _WORKER["agent"] = agent_from_spec(spec)
+    _WORKER["game"], _, _WORKER["agent"] = build(spec)
 
 
 def _match_worker_play(opponent, lo, hi, seed, worlds, n_record):
@@ -237,17 +233,21 @@ def _match_worker_play(opponent, lo, hi, seed, worlds, n_record):
     return diffs, capped, record, stats
 
 
-def parallel_match(spec, opponent, games, seed=0, worlds=16, jobs=2, progress=False, record=None, agent=None):
+def parallel_match(spec, opponent, games, seed=0, worlds=16, jobs=2, progress=False, record=None, agent=None,
+                   *, build):
     """duplicate_match over `jobs` worker processes: the deals are split into
-    chunks, and each process rebuilds the agent from `spec` (agent_from_spec)
-    and plays whole chunks, so each deal is played exactly as duplicate_match
-    would play it. The statistics are computed over all deals at the end.
-    With a deterministic agent and opponent (a search player's worlds
-    depend only on its seed and what it sees) the result equals
-    duplicate_match's. `opponent` is a name or a picklable bot. `agent`, a
-    local copy of the search player, gets the workers' decision counts and
-    times (for ms_per_decision). A worker process that dies fails the match
-    with an error that names the deals; no partial result is returned."""
+    chunks, and each process rebuilds the agent from `spec` with `build`, a
+    picklable function spec -> (game, policy or None, agent) such as
+    agents.players.agent_from_spec, and plays whole chunks, so each deal is
+    played exactly as duplicate_match would play it. The statistics are
+    computed over all deals at the end. With a deterministic agent and
+    opponent (a search player's worlds depend only on its seed and what it
+    sees) the result equals duplicate_match's. `opponent` is a bot's name, a
+    picklable bot or a picklable factory (each worker builds its bot from
+    its own agent). `agent`, a local copy of the search player, gets the
+    workers' decision counts and times (for ms_per_decision). A worker
+    process that dies fails the match with an error that names the deals;
+    no partial result is returned."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     if games < 1:
@@ -262,7 +262,7 @@ def parallel_match(spec, opponent, games, seed=0, worlds=16, jobs=2, progress=Fa
     ctx = multiprocessing.get_context("spawn")
     try:
         with ProcessPoolExecutor(min(jobs, len(chunks)), mp_context=ctx, initializer=_match_worker_init,
-                                 initargs=(spec,)) as ex:
+                                 initargs=(build, spec)) as ex:
             futures = {}
             for lo, hi in chunks:
                 n_record = max(0, min(len(record or ()) - 2 * lo, 2 * (hi - lo)))
@@ -290,7 +290,7 @@ def _collect(futures, diffs, record, agent, bar, seed, opponent):
             d, c, rec, stats = f.result()
         except BrokenProcessPool as e:
             raise RuntimeError(f"an evaluation worker process died before deals {seed + lo}..{seed + hi - 1} "
-                               f"against {opponent} were finished: {e}; no result is reported") from None
+                               f"against {_opponent_name(opponent)} were finished: {e}; no result is reported") from None
         diffs[2 * lo:2 * hi] = d
         capped += c
         for i, moves in enumerate(rec):

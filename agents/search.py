@@ -44,6 +44,7 @@ def main(argv=None):
     import engine
     import torch
     from agents.matches import duplicate_match, parallel_match
+    from agents.players import agent_from_spec
     torch.set_num_threads(1)
     game_spec = {"name": "lost_cities", "max_turns": 200}
     game = engine.load_game(**game_spec)
@@ -56,7 +57,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         if args.jobs > 1:
             r = parallel_match({"game": game_spec, "search": settings}, args.opponent, args.games,
-                               seed=args.seed, jobs=args.jobs, agent=player)
+                               seed=args.seed, jobs=args.jobs, agent=player, build=agent_from_spec)
         else:
             r = duplicate_match(game, player, args.opponent, args.games, seed=args.seed)
         row = {"worlds": k, "games": r["games"], "win_rate": r["win_rate"], "win_rate_lo": r["win_rate_lo"],

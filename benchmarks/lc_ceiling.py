@@ -35,6 +35,7 @@ def ceiling_rows(oracles, worlds=640, games=400, seed=777, jobs=1, progress=None
     import engine
     import torch
     from agents.matches import duplicate_match, parallel_match
+    from agents.players import agent_from_spec
     from agents.searcher import SearchPlayer
     torch.set_num_threads(1)
     game_spec = {"name": "lost_cities", "max_turns": 200}
@@ -46,7 +47,7 @@ def ceiling_rows(oracles, worlds=640, games=400, seed=777, jobs=1, progress=None
         t0 = time.perf_counter()
         if jobs > 1:
             r = parallel_match({"game": game_spec, "search": settings}, "heuristic", games, seed=seed,
-                               jobs=jobs, agent=player)
+                               jobs=jobs, agent=player, build=agent_from_spec)
         else:
             r = duplicate_match(game, player, "heuristic", games, seed=seed)
         row = {"oracle": oracle, "player": player.name, "seconds": time.perf_counter() - t0,

@@ -30,7 +30,7 @@ BINS = (-np.inf, -40, -20, 0, 20, 40, np.inf)
 def load_agent(spec):
     """(player with .step(state), its game) for an AGENT argument."""
     if spec in ("heuristic", "cautious"):
-        from agents.matches import make_opponent
+        from agents.players import make_opponent
         game = engine.load_game("lost_cities", max_turns=200)
         return make_opponent(spec, game, None), game
     if spec.startswith("search:"):
@@ -46,10 +46,11 @@ def where_losses_lie(game, agent, opponent, deals, seed):
     """The report as a dict (module docstring); `diffs` and `mirror` are the
     agent's and the mirror's score differences, game 2i + s being deal i
     from seat s."""
-    from agents.matches import make_opponent, play_deals
+    from agents.matches import play_deals
+    from agents.players import make_opponent, opponent_of
     ids = range(deals)
-    mirror, _ = play_deals(game, make_opponent(opponent, game, None), opponent, ids, seed=seed)
-    diffs, capped = play_deals(game, agent, opponent, ids, seed=seed)
+    mirror, _ = play_deals(game, make_opponent(opponent, game, None), opponent_of(opponent), ids, seed=seed)
+    diffs, capped = play_deals(game, agent, opponent_of(opponent), ids, seed=seed)
     mirror, diffs = np.asarray(mirror, np.float64), np.asarray(diffs, np.float64)
     win = (diffs > 0) + 0.5 * (diffs == 0)
     per_deal = win[0::2] + win[1::2]

@@ -20,6 +20,7 @@ from engine.match import run_match  # noqa: E402
 from agents.evaluate import (evaluate, exploitability, format_table,  # noqa: E402
                               openspiel_exploitability, policy_probs)
 from agents.matches import duplicate_match  # noqa: E402
+from agents.players import agent_from_spec, opponent_of  # noqa: E402
 from agents.exploiter import LocalBestResponse  # noqa: E402
 from agents.policy import (AveragePolicy, CurrentPolicy, load_policy, parse_kind,  # noqa: E402
                             regret_matching)
@@ -356,7 +357,7 @@ def test_exploiter_beats_a_policy_that_ignores_the_game():
     more than the heuristic does: it searches against the agent it faces."""
     game = engine.load_game("lost_cities", **LC_SMALL)
     agent = AveragePolicy(_uniform_net(game), seed=0)
-    expl = duplicate_match(game, agent, "exploiter", 8, seed=2, worlds=6)
+    expl = duplicate_match(game, agent, opponent_of("exploiter"), 8, seed=2, worlds=6)
     assert expl["margin"] < -10 and expl["win_rate"] < 0.2
     with pytest.raises(ValueError, match="at least one world"):
         LocalBestResponse(game, agent, worlds=0)
@@ -521,7 +522,7 @@ def test_parallel_match_plays_each_deal_as_one_process_does():
         one, many = SearchPlayer(game, worlds=6, seed=4), SearchPlayer(game, worlds=6, seed=4)
         rec1, rec2 = [[] for _ in range(5)], [[] for _ in range(5)]
         r1 = duplicate_match(game, one, opp, 10, seed=3, record=rec1)
-        r2 = parallel_match(spec, opp, 10, seed=3, jobs=jobs, record=rec2, agent=many)
+        r2 = parallel_match(spec, opp, 10, seed=3, jobs=jobs, record=rec2, agent=many, build=agent_from_spec)
         assert r1 == r2 and r2["games"] == 10
         for g1, g2 in zip(rec1, rec2):
             assert len(g1) == len(g2) > 0
@@ -529,23 +530,22 @@ def test_parallel_match_plays_each_deal_as_one_process_does():
             assert all((x is None and y is None) or np.array_equal(x, y) for (_, _, x), (_, _, y) in zip(g1, g2))
         assert many.decisions == one.decisions > 0 and many.worlds_played == one.worlds_played
     # a different seed plays other deals
-    assert parallel_match(spec, "heuristic", 10, seed=4, jobs=2) != r1
+    assert parallel_match(spec, "heuristic", 10, seed=4, jobs=2, build=agent_from_spec) != r1
 
 
 def test_parallel_match_fails_loudly_when_a_worker_dies():
     from agents.matches import parallel_match
     spec = {"game": {"name": "lost_cities", **LC_SMALL}, "search": {"worlds": 2}}
     with pytest.raises(RuntimeError, match=r"worker process died before deals \d+\.\.\d+ .*no result is reported"):
-        parallel_match(spec, _DiesInAWorker(after=5), 8, jobs=2)
+        parallel_match(spec, _DiesInAWorker(after=5), 8, jobs=2, build=agent_from_spec)
     with pytest.raises(ValueError, match="jobs must be at least 1"):
-        parallel_match(spec, "heuristic", 8, jobs=0)
+        parallel_match(spec, "heuristic", 8, jobs=0, build=agent_from_spec)
     # evaluate() with processes but nothing to rebuild the agent from refuses, rather than run serially
     game = engine.load_game("lost_cities", **LC_SMALL)
     from agents.searcher import SearchPlayer
     with pytest.raises(ValueError, match="jobs=2 needs `spec`"):
         evaluate(game, SearchPlayer(game, worlds=2), lc_games=4, opponents=("heuristic",), jobs=2)
     with pytest.raises(ValueError, match="names a checkpoint, or a game and search settings"):
-        from agents.matches import agent_from_spec
         agent_from_spec({"game": {"name": "lost_cities"}})
 
 
@@ -561,6 +561,34 @@ def test_parallel_match_of_a_sampled_read_out_is_reproducible(tmp_path):
                                          "nets": {k: n.state_dict() for k, n in nets.items()},
                                          "net_spec": nets["strategy"].spec()})
     spec = {"checkpoint": str(path), "policy": "average", "seed": 0, "search": None}
-    first = parallel_match(spec, "heuristic", 16, seed=2, jobs=2)
-    assert parallel_match(spec, "heuristic", 16, seed=2, jobs=2) == first
+    first = parallel_match(spec, "heuristic", 16, seed=2, jobs=2, build=agent_from_spec)
+    assert parallel_match(spec, "heuristic", 16, seed=2, jobs=2, build=agent_from_spec) == first
     assert first["games"] == 16
+
+
+def test_the_exploiter_is_built_in_each_worker_from_its_own_agent(tmp_path):
+    """agents.matches knows bots by name only; the exploiter reaches it as
+    agents.players' factory, which each worker process calls with the agent
+    it rebuilt. A greedy read-out and the exploiter's seeded worlds make the
+    match the same in one process and in two."""
+    from trainer.checkpoint import save_checkpoint
+    from agents.matches import parallel_match
+    from agents.players import exploiter, make_opponent
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    nets = {k: net_for_game(game, hidden=(8,), seed=i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
+    path = save_checkpoint(tmp_path, 1, {"config": {"game": {"name": "lost_cities", "params": LC_SMALL}},
+                                         "nets": {k: n.state_dict() for k, n in nets.items()},
+                                         "net_spec": nets["strategy"].spec()})
+    spec = {"checkpoint": str(path), "policy": "average-greedy", "seed": 0, "search": None}
+    _, _, agent = agent_from_spec(spec)
+    assert opponent_of("exploiter") is exploiter and opponent_of("heuristic") == "heuristic"
+    with pytest.raises(ValueError, match="unknown opponent 'exploiter'.*agents.players.exploiter"):
+        duplicate_match(game, agent, "exploiter", 2)
+    assert isinstance(make_opponent("exploiter", game, agent, worlds=3), LocalBestResponse)
+    one = duplicate_match(game, agent, exploiter, 8, seed=1, worlds=3)
+    assert parallel_match(spec, exploiter, 8, seed=1, worlds=3, jobs=2, build=agent_from_spec) == one
+    assert one["games"] == 8
+    with pytest.raises(ValueError, match="has none"):       # the exploiter needs a policy's probabilities
+        duplicate_match(game, HeuristicBot(game), exploiter, 2)
+    with pytest.raises(ValueError, match="no .step"):
+        duplicate_match(game, agent, lambda *a: object(), 2)
