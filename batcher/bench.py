@@ -41,6 +41,28 @@ def start_batcher(device, hidden, max_batch, torch_threads, extra=()):
     return spawn_batcher(cmd, endpoint), endpoint
 
 
+def add_batcher_arguments(ap, autocast_help="the batcher's forward precision"):
+    """--json and the flags of the batcher under benchmark, with the same
+    defaults here and in `python -m benchmarks.end_to_end`."""
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--hidden", type=int, nargs="+", default=[512, 512, 512])
+    ap.add_argument("--torch-threads", type=int, default=1, help="batcher torch threads on CPU")
+    ap.add_argument("--max-batch", type=int, default=2048)
+    ap.add_argument("--autocast", default="none", choices=["none", "bf16", "fp16"], help=autocast_help)
+
+
+def start_batcher_from_args(args):
+    """Set this process's torch threads and start the benchmark batcher as the
+    flags of add_batcher_arguments say: (process, endpoint, the settings for
+    the report)."""
+    torch.set_num_threads(args.torch_threads)
+    settings = {"device": args.device, "hidden": args.hidden, "cpu_count": os.cpu_count(), "autocast": args.autocast}
+    proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.torch_threads,
+                                   extra=("--autocast", args.autocast))
+    return proc, endpoint, settings
+
+
 def spawn_batcher(cmd, endpoint, **popen_kwargs):
     """Start a batcher command line and wait until it answers at `endpoint`;
     if it never does, kill it and raise with the tail of its stderr."""
@@ -178,24 +200,14 @@ def raw_forward_rows_per_s(net, rows, batch, seconds, device, autocast="none"):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m batcher.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--hidden", type=int, nargs="+", default=[512, 512, 512])
+    add_batcher_arguments(ap, "the batcher's forward precision (the raw forward in (a) uses the same)")
     ap.add_argument("--request-rows", type=int, default=256, help="rows per request in (a)")
     ap.add_argument("--in-flight", type=int, default=8, help="requests in flight in (a)")
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--torch-threads", type=int, default=1, help="batcher torch threads on CPU")
-    ap.add_argument("--max-batch", type=int, default=2048)
-    ap.add_argument("--autocast", default="none", choices=["none", "bf16", "fp16"],
-                    help="the batcher's forward precision (the raw forward in (a) uses the same)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.torch_threads)
     game = engine.load_game("lost_cities")
     rows = sample_rows(game, args.request_rows)
-    out = {"device": args.device, "hidden": args.hidden, "cpu_count": os.cpu_count(), "autocast": args.autocast}
-
-    proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.torch_threads,
-                                   extra=("--autocast", args.autocast))
+    proc, endpoint, out = start_batcher_from_args(args)
     try:
         rps, p50, p99, stats = saturate(endpoint, rows, args.in_flight, args.seconds)
         batch = int(round(stats["mean_batch"]))

@@ -8,16 +8,14 @@ same. The batcher's own throughput and latency are `python -m batcher.bench`.
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 
 import numpy as np
-import torch
 
 import engine
-from batcher.bench import start_batcher
+from batcher.bench import add_batcher_arguments, start_batcher_from_args
 from batcher.networks import net_for_game
 from traverser.config import TraverserConfig
 from traverser.reference import ReferenceTraverser
@@ -56,24 +54,15 @@ def end_to_end(endpoint, n_workers, traversals, groups, machines):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m benchmarks.end_to_end", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--hidden", type=int, nargs="+", default=[512, 512, 512])
+    add_batcher_arguments(ap)
     ap.add_argument("--workers", default="1,2", help="worker process counts")
     ap.add_argument("--traversals", type=int, default=1024, help="traversals per worker")
     ap.add_argument("--groups", type=int, default=4)
     ap.add_argument("--machines", type=int, default=128)
-    ap.add_argument("--torch-threads", type=int, default=1, help="batcher torch threads on CPU")
     ap.add_argument("--reference-traversals", type=int, default=24, help="recursive batch-1 traversals")
-    ap.add_argument("--max-batch", type=int, default=2048)
-    ap.add_argument("--autocast", default="none", choices=["none", "bf16", "fp16"],
-                    help="the batcher's forward precision")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.torch_threads)
     game = engine.load_game("lost_cities")
-    out = {"device": args.device, "hidden": args.hidden, "cpu_count": os.cpu_count(), "autocast": args.autocast}
-    proc, endpoint = start_batcher(args.device, args.hidden, args.max_batch, args.torch_threads,
-                                   extra=("--autocast", args.autocast))
+    proc, endpoint, out = start_batcher_from_args(args)
     try:
         nets = {0: net_for_game(game, tuple(args.hidden), seed=0), 1: net_for_game(game, tuple(args.hidden), seed=1)}
         ref = ReferenceTraverser(game, TraverserConfig(**LC_CONFIG), nets)

@@ -1,5 +1,8 @@
-"""Helpers for tests/test_batcher.py: in-process and subprocess batchers,
-raw DEALER sockets, and a random message generator for the fuzz test.
+"""Helpers for the batcher test files (tests/test_batcher.py,
+test_batcher_robustness.py, test_service_ceiling.py, test_wire_layout.py and
+others): in-process and subprocess batchers, raw DEALER sockets, a random
+message generator for the fuzz test, and the games, nets, rows and the
+module-scoped kuhn batcher fixture those files share.
 
 Everything here is bounded: every wait has a timeout, every socket is closed
 with linger 0 and every subprocess is killed by the context managers.
@@ -16,13 +19,17 @@ from pathlib import Path
 
 import msgpack
 import numpy as np
+import pytest
+import torch
 import zmq
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import engine  # noqa: E402
 from batcher import protocol as P  # noqa: E402
+from batcher.networks import net_for_game  # noqa: E402
 from batcher.server import Batcher, BatcherOptions  # noqa: E402
 
 PY = sys.executable
@@ -371,3 +378,85 @@ class Fuzzer:
                 b = b[:r.randint(0, len(b))]
             head = bytes(b)
         return [head, *self._payload_for(fields)]
+
+
+# ---------------------------------------------------------------------------
+# games, nets and rows shared by the batcher, robustness, wire-layout and
+# service-ceiling tests, and the module-scoped kuhn batcher subprocess
+
+HIDDEN = (16, 16)
+ATOL = 1e-5
+LEDUC = engine.load_game("leduc_poker")
+KUHN = engine.load_game("kuhn_poker")
+COLS = LEDUC.information_state_tensor_size()
+LC = engine.load_game("lost_cities", max_turns=200)
+# the default Lost Cities traversal, shortened: sampled roots, a short depth, heuristic rollouts
+LC_CFG = dict(algorithm="external", max_depth=2, prefix_max=30, rollouts=1, rollout_policy="game",
+              value_scale=0.01)
+
+
+def forward(net, rows):
+    with torch.inference_mode():
+        return net(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))).float().numpy()
+
+
+def leduc_nets():
+    """Leduc-sized nets for models 0 and 1, seeded as `--init-game` seeds them."""
+    return {0: net_for_game(LEDUC, HIDDEN, seed=0), 1: net_for_game(LEDUC, HIDDEN, seed=1)}
+
+
+def nets_for(game):
+    return {0: net_for_game(game, HIDDEN, seed=0), 1: net_for_game(game, HIDDEN, seed=1)}
+
+
+def served(nets, version=0):
+    """{model: (net, version)} for InProcessBatcher."""
+    return {m: (net, version) for m, net in nets.items()}
+
+
+def int_rows(n, cols, seed=0, hi=4):
+    return np.random.default_rng(seed).integers(0, hi, (n, cols)).astype(np.float32)
+
+
+def segmented_frames(models, arrays, req_id=1, **extra):
+    head = {"type": P.INFER, "id": req_id, "models": models, **P.arrays_header("rows", arrays), **extra}
+    return P.pack(head, *[np.ascontiguousarray(a) for a in arrays])
+
+
+def rows_of(kind, n, cols=COLS, seed=0):
+    """float32 rows whose narrowest exact wire dtype is `kind`."""
+    rng = np.random.default_rng(seed)
+    if kind == "uint8":
+        x = rng.integers(0, 256, (n, cols)).astype(np.float32)
+        x[0, 0] = 255.0
+    elif kind == "float16":
+        x = (rng.integers(-40, 40, (n, cols)) / 8.0).astype(np.float32)
+        x[0, 0] = -1.5
+    else:
+        x = rng.standard_normal((n, cols)).astype(np.float32)
+    assert P.compact_rows(x)[0] == kind
+    return x
+
+
+def assert_serves(srv, nets, model=0, n=3):
+    """A ping and a valid infer on fresh sockets succeed with the right answer."""
+    assert srv.serving(), srv.errors
+    s = srv.dealer()
+    got = exchange(s, P.pack({"type": P.PING, "id": "p"}), 5000)
+    assert got is not None and got[0]["type"] == P.PONG and got[0]["id"] == "p"
+    rows = rows_of("float32", n, seed=99)
+    got = exchange(s, infer_frames(model, rows, req_id=12345), 5000)
+    assert got is not None, "no reply to a valid infer"
+    head, frames = got
+    assert head["type"] == P.RESULT and head["id"] == 12345, head
+    adv = P.decode_array(head, "adv", frames[0])
+    np.testing.assert_allclose(adv, forward(nets[model], rows), atol=ATOL, rtol=0)
+    s.close(0)
+
+
+@pytest.fixture(scope="module")
+def kuhn_batcher(tmp_path_factory):
+    log = tmp_path_factory.mktemp("kuhn_batcher") / "batcher.log"
+    with BatcherProcess(args=["--init-game", "kuhn_poker", "--hidden", "16", "16"], log_path=log) as bp:
+        bp.start()
+        yield bp

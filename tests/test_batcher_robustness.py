@@ -24,7 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import batcher_helpers as H  # noqa: E402
-import engine  # noqa: E402
+from batcher_helpers import (  # noqa: E402
+    ATOL, COLS, HIDDEN, KUHN, LEDUC, assert_serves, forward, leduc_nets, rows_of,
+)
 from batcher import protocol as P  # noqa: E402
 from batcher.client import BatcherClient, BatcherError, infer_blocking  # noqa: E402
 from batcher.networks import MLP, net_for_game  # noqa: E402
@@ -35,64 +37,6 @@ from traverser.local import LocalEvaluator, run_local, sort_samples  # noqa: E40
 from traverser.worker import run_remote  # noqa: E402
 
 torch.set_num_threads(1)
-
-HIDDEN = (16, 16)
-ATOL = 1e-5
-LEDUC = engine.load_game("leduc_poker")
-KUHN = engine.load_game("kuhn_poker")
-COLS = LEDUC.information_state_tensor_size()
-
-
-def forward(net, rows):
-    with torch.inference_mode():
-        return net(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))).float().numpy()
-
-
-def leduc_nets():
-    """Leduc-sized nets for models 0 and 1, seeded as `--init-game` seeds them."""
-    return {0: net_for_game(LEDUC, HIDDEN, seed=0), 1: net_for_game(LEDUC, HIDDEN, seed=1)}
-
-
-def rows_of(kind, n, cols=COLS, seed=0):
-    """float32 rows whose narrowest exact wire dtype is `kind`."""
-    rng = np.random.default_rng(seed)
-    if kind == "uint8":
-        x = rng.integers(0, 256, (n, cols)).astype(np.float32)
-        x[0, 0] = 255.0
-    elif kind == "float16":
-        x = (rng.integers(-40, 40, (n, cols)) / 8.0).astype(np.float32)
-        x[0, 0] = -1.5
-    else:
-        x = rng.standard_normal((n, cols)).astype(np.float32)
-    assert P.compact_rows(x)[0] == kind
-    return x
-
-
-def assert_serves(srv, nets, model=0, n=3):
-    """A ping and a valid infer on fresh sockets succeed with the right answer."""
-    assert srv.serving(), srv.errors
-    s = srv.dealer()
-    got = H.exchange(s, P.pack({"type": P.PING, "id": "p"}), 5000)
-    assert got is not None and got[0]["type"] == P.PONG and got[0]["id"] == "p"
-    rows = rows_of("float32", n, seed=99)
-    got = H.exchange(s, H.infer_frames(model, rows, req_id=12345), 5000)
-    assert got is not None, "no reply to a valid infer"
-    head, frames = got
-    assert head["type"] == P.RESULT and head["id"] == 12345, head
-    adv = P.decode_array(head, "adv", frames[0])
-    np.testing.assert_allclose(adv, forward(nets[model], rows), atol=ATOL, rtol=0)
-    s.close(0)
-
-
-# ---------------------------------------------------------------------------
-# shared subprocess batcher (kuhn, models 0/1/2 from --init-game)
-
-@pytest.fixture(scope="module")
-def kuhn_batcher(tmp_path_factory):
-    log = tmp_path_factory.mktemp("kuhn_batcher") / "batcher.log"
-    with H.BatcherProcess(args=["--init-game", "kuhn_poker", "--hidden", "16", "16"], log_path=log) as bp:
-        bp.start()
-        yield bp
 
 
 # ---------------------------------------------------------------------------

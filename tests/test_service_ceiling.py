@@ -21,47 +21,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import batcher_helpers as H  # noqa: E402
-import engine  # noqa: E402
+from batcher_helpers import (  # noqa: E402
+    KUHN, LC, LC_CFG, LEDUC, forward, int_rows, nets_for, segmented_frames, served,
+)
 from batcher import protocol as P  # noqa: E402
 from batcher.client import BatcherClient, infer_blocking  # noqa: E402
-from batcher.networks import net_for_game  # noqa: E402
 from benchmarks.accounting import summed_rate, window_delta  # noqa: E402
 from traverser.config import TraverserConfig  # noqa: E402
 from traverser.local import run_local, sort_samples  # noqa: E402
 from traverser.worker import run_remote  # noqa: E402
 
 torch.set_num_threads(1)
-
-HIDDEN = (16, 16)
-LEDUC = engine.load_game("leduc_poker")
-KUHN = engine.load_game("kuhn_poker")
-LC = engine.load_game("lost_cities", max_turns=200)
-# the default Lost Cities traversal, shortened: sampled roots, a short depth, heuristic rollouts
-LC_CFG = dict(algorithm="external", max_depth=2, prefix_max=30, rollouts=1, rollout_policy="game",
-              value_scale=0.01)
-
-
-def forward(net, rows):
-    with torch.inference_mode():
-        return net(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))).float().numpy()
-
-
-def nets_for(game):
-    return {0: net_for_game(game, HIDDEN, seed=0), 1: net_for_game(game, HIDDEN, seed=1)}
-
-
-def served(nets, version=0):
-    """{model: (net, version)} for InProcessBatcher."""
-    return {m: (net, version) for m, net in nets.items()}
-
-
-def int_rows(n, cols, seed=0, hi=4):
-    return np.random.default_rng(seed).integers(0, hi, (n, cols)).astype(np.float32)
-
-
-def segmented_frames(models, arrays, req_id=1, **extra):
-    head = {"type": P.INFER, "id": req_id, "models": models, **P.arrays_header("rows", arrays), **extra}
-    return P.pack(head, *[np.ascontiguousarray(a) for a in arrays])
 
 
 # ---------------------------------------------------------------------------
