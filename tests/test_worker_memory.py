@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import batcher_helpers as H  # noqa: E402
 
-# batcher.bench's worker flags (OS_FLAGS there)
+# benchmarks.end_to_end's worker flags (OS_FLAGS there)
 OUTCOME = ("--algorithm", "outcome", "--value-scale", "0.01", "--value-clip", "10")
 # what one machine may add to a worker's peak RSS: its stack at the few hundred
 # frames an uncapped game reaches is under 0.4 MB, its request and answer rows
