@@ -122,7 +122,8 @@ class ChaosMonkey:
 
     def _kill(self, sup, target, wait=False, waiting=False):
         """SIGKILL the batcher or a random worker; with `wait`, one killed
-        before and not restarted yet is waited for (20 s at most)."""
+        before and not restarted yet is waited for (20 s at most), and the
+        one killed now until it has exited (5 s at most)."""
         from trainer.supervise import child_exited
         svc = sup.services
         give_up = time.monotonic() + (20.0 if wait else 0.0)
@@ -143,6 +144,12 @@ class ChaosMonkey:
             except ProcessLookupError:
                 return
             self.killed.add(proc.pid)
+            if wait:
+                # a kill aimed at a phase lands in it: the process has exited (a zombie
+                # at least) before the phase can end, however short the phase is
+                exited_by = time.monotonic() + 5.0
+                while not child_exited(proc) and time.monotonic() < exited_by:
+                    time.sleep(0.002)
             self._write({"kill": target, "pid": proc.pid, "phase": phase, "iteration": sup.iteration,
                          "trainer": os.getpid(), **({"waiting": True} if waiting else {})})
 
