@@ -33,11 +33,13 @@ cdef struct Params:
     int strategy_interval       # record a strategy sample at every n-th opponent node (0 = never)
     int uniform_policy          # 1 = no network: uniform policy everywhere (engine-side limit)
     int model_ids[2]            # request model id for each player's advantage net
+    double value_cutoff         # cutoff value: 0 = playouts only, 1 = learned value only, w = mix
 
 cdef struct Stats:
     int64_t nodes               # nodes entered
     int64_t terminals           # terminal nodes reached
     int64_t cutoffs             # nodes valued by the cutoff estimate
+    int64_t value_cutoffs       # cutoffs that asked the learned value (a request row each)
     int64_t queries             # network requests written
     int64_t forced              # nodes with a single legal action (no query)
     int64_t fallbacks           # regret matching found no positive regret
@@ -69,6 +71,7 @@ cdef struct Frame:
     int chosen                  # index into legal of the sampled action
     double reach                # outcome sampling: product of the traverser's sampling probs above
     int info_cached             # wire layout: this node's query row is kept in its machine's info_u8
+    double cut_playout          # value cutoff with 0 < w < 1: the playout mean computed before parking
 
 cdef struct Machine:
     int status                  # M_* above

@@ -53,6 +53,12 @@ Algorithms (traversal for player p, "the traverser"):
     stands (Lost Cities: the score difference) or by the mean of `rollouts`
     playouts, uniformly random or by the game's own playout policy (Lost
     Cities: the heuristic bot) with rollout_policy = "game".
+  value cutoffs (value_cutoff = w > 0): a cutoff node parks its machine with
+    one request row, the traverser's info state, for model_ids[traverser];
+    the answer's column num_actions is the learned value (in value units,
+    not scaled again) and the cutoff's value is w * value + (1 - w) * the
+    playout mean (computed before parking; none run with w = 1). Every
+    answer row then has answer_width = num_actions + 1 columns.
   sampled roots: with prefix_max > 0 a traversal first plays a prefix of
     0..prefix_max decisions (length drawn after the deal) with both players
     sampling on-policy and no samples written; the traversal proper starts
@@ -70,6 +76,8 @@ log2(depth / stack_frames) times per machine over a group's life).
 """
 from libc.stdlib cimport calloc, free
 from libc.string cimport memcpy, memset
+
+import numbers
 
 import numpy as np
 
@@ -158,6 +166,7 @@ cdef enum:
     ST_WRITE_ADV = 6            # external sampling: all children back; write sample
     ST_CHILD_OS = 7             # outcome sampling traverser child returned
     ST_CHILD_PASS = 8           # sampled opponent / forced child returned: pass value up
+    ST_CUTOFF_VALUE = 9         # value cutoff: parked for the learned value; on resume m.ret holds it
 
 
 cdef struct Core:
@@ -174,7 +183,8 @@ cdef struct Core:
     float* requests             # [n_machines, tensor_size]
     int32_t* request_model      # [n_machines]
     int32_t* request_machine    # [n_machines]
-    float* advantages           # [n_machines, num_actions]
+    float* advantages           # [n_machines, answer_width]
+    int answer_width            # columns of an answer row: num_actions, + 1 (the value) with value_cutoff > 0
     int n_requests              # rows written since the last resume
     # wire layout (see the module docstring); unused when wire == 0
     int wire                    # 1 = rows by player, front and back, compact dtype
@@ -184,7 +194,7 @@ cdef struct Core:
     int n_back                  # rows [n_machines - n_back, n_machines) are player 1's
     uint8_t* requests_u8        # [n_machines, tensor_size] uint8 rows
     int wire_adv_f16            # 1 = answers arrive as float16 in advantages_f16
-    uint16_t* advantages_f16    # [n_machines, num_actions] IEEE half bits
+    uint16_t* advantages_f16    # [n_machines, answer_width] IEEE half bits
     # one rollout scratch for the whole group (a rollout never parks), kept hot in cache
     char* rollout_state         # [state_size]
     char* rollout_undo          # [undo_size]
@@ -404,8 +414,12 @@ cdef void _widen_rows(Core* c, int lo, int hi) noexcept nogil:
                           c.tensor_size)
 
 
-cdef int _wire_row(Core* c, Machine* m, int player) noexcept nogil:
-    """Encode m's info state for `player` into its wire slot; returns the row."""
+cdef int _wire_row(Core* c, Machine* m, int player, bint keep) noexcept nogil:
+    """Encode m's info state for `player` into its wire slot; returns the row.
+    keep: a uint8 row is also kept in m.info_u8 for this node's sample (False
+    for a value cutoff's row: that node writes no sample, and its row is the
+    traverser's view, not the player to move's, so it must never stand in
+    for a sample's info row)."""
     cdef int row, k
     cdef float* dst
     if player == 0:
@@ -420,7 +434,7 @@ cdef int _wire_row(Core* c, Machine* m, int player) noexcept nogil:
         return row
     if _encode_u8(c, m, player, c.requests_u8 + <size_t>row * c.tensor_size):
         k = m.depth - m.prefix
-        if 0 <= k < c.info_depths:
+        if keep and 0 <= k < c.info_depths:
             # kept for this node's sample (written after the answer, or after its children)
             memcpy(m.info_u8 + <size_t>k * c.tensor_size, c.requests_u8 + <size_t>row * c.tensor_size,
                    c.tensor_size)
@@ -527,9 +541,27 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
                 c.stats.terminals += 1
                 finished = True
             elif m.depth - m.prefix >= c.params.max_depth or m.nodes > c.params.max_nodes:
-                m.ret = _cutoff_value(c, m)
                 c.stats.cutoffs += 1
-                finished = True
+                if c.params.value_cutoff <= 0.0:
+                    m.ret = _cutoff_value(c, m)
+                    finished = True
+                else:
+                    # the learned value: the playouts (if mixed in) run now, before the
+                    # machine parks with one row, the traverser's view of this node
+                    f.cut_playout = _cutoff_value(c, m) if c.params.value_cutoff < 1.0 else 0.0
+                    if c.wire:
+                        row = _wire_row(c, m, m.traverser, False)
+                    else:
+                        row = c.n_requests
+                        c.gd.info_state(c.gd.cfg, m.state, m.traverser, c.requests + row * c.tensor_size)
+                    c.n_requests += 1
+                    c.request_model[row] = c.params.model_ids[m.traverser]
+                    c.request_machine[row] = index
+                    c.stats.queries += 1
+                    c.stats.value_cutoffs += 1
+                    f.stage = ST_CUTOFF_VALUE
+                    m.status = M_WAITING
+                    return M_WAITING
             else:
                 f.player = c.gd.current_player(c.gd.cfg, m.state)
                 f.n_legal = c.gd.legal_actions(c.gd.cfg, m.state, legal)
@@ -545,7 +577,7 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
                     f.stage = ST_POLICY
                     continue
                 if c.wire:
-                    row = _wire_row(c, m, f.player)
+                    row = _wire_row(c, m, f.player, True)
                 else:
                     row = c.n_requests
                     c.gd.info_state(c.gd.cfg, m.state, f.player, c.requests + row * c.tensor_size)
@@ -626,8 +658,8 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
             c.stats.adv_samples += 1
             m.ret = v
             finished = True
-        elif f.stage == ST_CHILD_PASS:
-            finished = True
+        elif f.stage == ST_CHILD_PASS or f.stage == ST_CUTOFF_VALUE:
+            finished = True             # m.ret: the child's value, or the cutoff's (set by resume)
         if finished:
             # return m.ret to the parent frame
             if m.depth == 0:
@@ -655,8 +687,10 @@ cdef int _step_all(Core* c) noexcept nogil:
 
 cdef void _resume_rows(Core* c, int lo, int hi, const void* answers) noexcept nogil:
     """Regret matching for request rows [lo, hi), whose answers start at
-    `answers`, one row of num_actions after another (float32, or IEEE half
-    bits with adv_dtype float16): the group's own buffer or the caller's."""
+    `answers`, one row of answer_width after another (float32, or IEEE half
+    bits with adv_dtype float16): the group's own buffer or the caller's.
+    A value cutoff's row gives its machine the cutoff value instead (column
+    num_actions, mixed with the playout mean when 0 < value_cutoff < 1)."""
     cdef int r, i, a
     cdef Machine* m
     cdef Frame* f
@@ -664,20 +698,30 @@ cdef void _resume_rows(Core* c, int lo, int hi, const void* answers) noexcept no
     cdef const uint16_t* half
     cdef const float* adv
     cdef float* widened
+    cdef double value, w = c.params.value_cutoff
     for r in range(lo, hi):
         m = &c.machines[c.request_machine[r]]
         f = &m.frames[m.depth]
+        if f.stage == ST_CUTOFF_VALUE:
+            if c.wire_adv_f16:
+                value = traverse_half_to_float((<const uint16_t*>answers)[<size_t>(r - lo) * c.answer_width
+                                                                         + c.num_actions])
+            else:
+                value = (<const float*>answers)[<size_t>(r - lo) * c.answer_width + c.num_actions]
+            m.ret = value if w >= 1.0 else w * value + (1.0 - w) * f.cut_playout
+            m.status = M_RUNNABLE
+            continue
         legal = m.legal + m.depth * c.max_legal
         if c.wire_adv_f16:
             # only the legal actions' entries are read: convert just those
-            half = <const uint16_t*>answers + <size_t>(r - lo) * c.num_actions
-            widened = c.advantages + <size_t>r * c.num_actions
+            half = <const uint16_t*>answers + <size_t>(r - lo) * c.answer_width
+            widened = c.advantages + <size_t>r * c.answer_width
             for i in range(f.n_legal):
                 a = legal[i]
                 widened[a] = traverse_half_to_float(half[a])
             adv = widened
         else:
-            adv = <const float*>answers + <size_t>(r - lo) * c.num_actions
+            adv = <const float*>answers + <size_t>(r - lo) * c.answer_width
         _regret_match(adv, legal, f.n_legal, m.sigma + m.depth * c.max_legal, c.params.fallback_uniform != 0,
                       &c.stats)
         m.status = M_RUNNABLE
@@ -689,7 +733,7 @@ cdef void _resume(Core* c, int n, const void** answers) noexcept nogil:
     own buffers."""
     cdef const void* own[2]
     cdef int k = 0, lo = c.n_machines - c.n_back
-    cdef size_t row_bytes = c.num_actions * (sizeof(uint16_t) if c.wire_adv_f16 else sizeof(float))
+    cdef size_t row_bytes = c.answer_width * (sizeof(uint16_t) if c.wire_adv_f16 else sizeof(float))
     cdef const char* base = <const char*>c.advantages_f16 if c.wire_adv_f16 else <const char*>c.advantages
     if not c.wire:
         _resume_rows(c, 0, n, c.advantages)
@@ -719,7 +763,7 @@ cdef inline size_t _align8(size_t off) noexcept nogil:
 # ---------------------------------------------------------------------------
 # Python face
 
-STAT_FIELDS = ("nodes", "terminals", "cutoffs", "queries", "forced", "fallbacks", "adv_samples",
+STAT_FIELDS = ("nodes", "terminals", "cutoffs", "value_cutoffs", "queries", "forced", "fallbacks", "adv_samples",
                "strat_samples", "traversals", "blocked", "rollout_moves")
 
 
@@ -775,9 +819,9 @@ cdef class MachineGroup:
     cdef readonly object requests           # float32 [M, tensor_size]
     cdef readonly object request_model      # int32 [M]
     cdef readonly object request_machine    # int32 [M]
-    cdef readonly object advantages         # float32 [M, num_actions]
+    cdef readonly object advantages         # float32 [M, answer_width]
     cdef readonly object requests_u8        # uint8 [M, tensor_size] (wire layout only)
-    cdef readonly object advantages_f16     # float16 [M, num_actions] (wire layout, adv_dtype float16)
+    cdef readonly object advantages_f16     # float16 [M, answer_width] (wire layout, adv_dtype float16)
     cdef object _scratch_row
     cdef dict _adv
     cdef dict _strat
@@ -816,6 +860,7 @@ cdef class MachineGroup:
         c.max_legal = game.gd.max_legal if game.gd.max_legal > 0 else game.gd.num_actions
         c.n_machines = n_machines
         self._set_params(config)
+        c.answer_width = c.num_actions + (1 if c.params.value_cutoff > 0.0 else 0)
         c.stack_depth = c.params.prefix_max + c.params.max_depth
         D = c.stack_depth + 1
         # query rows kept for the samples: the depths below the traversal root that write them
@@ -854,7 +899,7 @@ cdef class MachineGroup:
         self.requests = np.zeros((n_machines, c.tensor_size), np.float32)
         self.request_model = np.zeros(n_machines, np.int32)
         self.request_machine = np.zeros(n_machines, np.int32)
-        self.advantages = np.zeros((n_machines, c.num_actions), np.float32)
+        self.advantages = np.zeros((n_machines, c.answer_width), np.float32)
         cdef float[:, ::1] req = self.requests
         cdef int32_t[::1] rm = self.request_model
         cdef int32_t[::1] rmach = self.request_machine
@@ -872,7 +917,7 @@ cdef class MachineGroup:
             req8 = self.requests_u8
             c.requests_u8 = &req8[0, 0]
         half16 = adv_dtype == "float16"
-        self.advantages_f16 = np.zeros((n_machines if half16 else 0, c.num_actions), np.float16)
+        self.advantages_f16 = np.zeros((n_machines if half16 else 0, c.answer_width), np.float16)
         cdef uint16_t[:, ::1] adv16
         if half16:
             adv16 = self.advantages_f16.view(np.uint16)
@@ -936,6 +981,12 @@ cdef class MachineGroup:
         p.uniform_policy = 1 if config.uniform_policy else 0
         p.model_ids[0] = config.model_ids[0]
         p.model_ids[1] = config.model_ids[1]
+        w = getattr(config, "value_cutoff", 0.0)
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not 0.0 <= w <= 1.0:
+            raise ValueError(f"value_cutoff must be a number in [0, 1], got {w!r}")
+        if w > 0 and config.uniform_policy:
+            raise ValueError("value_cutoff > 0 needs a network to answer the value; uniform_policy has none")
+        p.value_cutoff = w
 
     # ---- jobs
     def start(self, traversal_ids, traversers, int64_t iteration, uint64_t run_seed, float weight=1.0):
@@ -1012,7 +1063,7 @@ cdef class MachineGroup:
     def resume(self, int n, answers=None):
         """Continue the machines of request rows [0, n) from advantages[:n],
         or, in the wire layout, from `answers`: one array per segment of
-        wire_segments() (same order and rows, num_actions columns, C order,
+        wire_segments() (same order and rows, answer_width columns, C order,
         float32, or float16 with adv_dtype="float16"), read in place, with
         no copy into this group's buffers."""
         cdef Core* c = &self.core
@@ -1035,9 +1086,10 @@ cdef class MachineGroup:
         keep = []                       # contiguous arrays, referenced while C reads them
         for k in range(len(rows)):
             a = answers[k]
-            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != (rows[k], c.num_actions):
+            if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != (rows[k], c.answer_width):
                 raise ValueError(f"resume: answers for segment {k} must be {dtype} of shape "
-                                 f"({rows[k]}, {c.num_actions}), got "
+                                 f"({rows[k]}, {c.answer_width}) (answer_width: {c.num_actions} actions"
+                                 f"{' + the value' if c.answer_width > c.num_actions else ''}), got "
                                  f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
             keep.append(np.ascontiguousarray(a))
             if c.wire_adv_f16:
@@ -1056,6 +1108,13 @@ cdef class MachineGroup:
     @property
     def n_machines(self):
         return self.core.n_machines
+
+    @property
+    def answer_width(self):
+        """Columns of an answer row (advantages, advantages_f16, resume's
+        answers): num_actions, and one more, the learned value, with
+        value_cutoff > 0."""
+        return self.core.answer_width
 
     @property
     def wire(self):

@@ -33,3 +33,10 @@ class TraverserConfig:
     """No network: a uniform policy at every node (measures the engine-side limit)."""
     model_ids: tuple = field(default=(0, 1))
     """Request model id of each player's advantage network."""
+    value_cutoff: float = 0.0
+    """Cutoff value from the learned value net the batcher serves next to the advantages:
+    0 = playouts only (`rollouts`, as before), 1 = the learned value alone (no playouts run),
+    w in (0, 1) = w * value + (1 - w) * playout mean. With w > 0 a cutoff node asks model
+    model_ids[traverser] for the traverser's info state and reads the answer's last column
+    (column num_actions, already in value units: points * value_scale); every answer row
+    then has num_actions + 1 columns."""

@@ -16,7 +16,9 @@ class LocalEvaluator:
     """Answers a group's requests with one batched forward per model present.
 
     models: {model_id: torch.nn.Module}. Rows asking for an unknown model
-    raise KeyError naming it. autocast: "none", "bf16" or "fp16" runs the
+    raise KeyError naming it; a model whose answers are not the group's
+    answer_width wide (num_actions, + 1 for the value with value cutoffs)
+    raises ValueError. autocast: "none", "bf16" or "fp16" runs the
     forward in that precision (bf16 is about 3x faster on CPUs with AVX512-BF16).
     """
 
@@ -37,15 +39,23 @@ class LocalEvaluator:
         out = torch.from_numpy(group.advantages[:n])
         ids = group.request_model[:n]
         first = int(ids[0])
+        width = group.answer_width
         if (ids == first).all():
-            out.copy_(self._forward(first, req))
+            out.copy_(self._checked(first, req, width))
             self.forwards += 1
         else:
             for m in np.unique(ids):
                 idx = torch.from_numpy(np.flatnonzero(ids == m))
-                out[idx] = self._forward(int(m), req[idx])
+                out[idx] = self._checked(int(m), req[idx], width)
                 self.forwards += 1
         self.rows += n
+
+    def _checked(self, model_id, x, width):
+        y = self._forward(model_id, x)
+        if y.dim() != 2 or y.shape[1] != width:
+            raise ValueError(f"model {model_id} answers {tuple(y.shape)[1:]} columns a row, the group's "
+                             f"answer_width is {width} (the game's actions, + 1 for the value with value_cutoff > 0)")
+        return y
 
     def _forward(self, model_id, x):
         try:

@@ -65,7 +65,8 @@ class ReferenceTraverser:
         self.models = models or {}
         self.max_depth = config.max_depth if config.max_depth > 0 else game.max_game_length()
         self.max_nodes = config.max_nodes if config.max_nodes > 0 else 1 << 62
-        self.counter = {"nodes": 0, "queries": 0, "fallbacks": 0, "terminals": 0, "cutoffs": 0}
+        self.counter = {"nodes": 0, "queries": 0, "fallbacks": 0, "terminals": 0, "cutoffs": 0,
+                        "value_cutoffs": 0, "rollout_moves": 0}
 
     def run(self, traversal_ids, traversers, iteration=1, run_seed=0, weight=None):
         """Returns (advantage samples, strategy samples) as column arrays."""
@@ -112,6 +113,20 @@ class ReferenceTraverser:
         return regret_match(adv, legal, self.cfg.fallback == "uniform", self.counter)
 
     def _cutoff(self, state):
+        w = self.cfg.value_cutoff
+        if w <= 0.0:
+            return self._playout_value(state)
+        playout = self._playout_value(state) if w < 1.0 else 0.0
+        # the learned value: the last column of the traverser's model's answer to its own view
+        x = torch.from_numpy(state.information_state_tensor(self.p)).unsqueeze(0)
+        with torch.inference_mode():
+            out = self.models[self.cfg.model_ids[self.p]](x)[0].numpy()
+        self.counter["queries"] += 1
+        self.counter["value_cutoffs"] += 1
+        value = float(out[self.game.num_distinct_actions()])
+        return value if w >= 1.0 else w * value + (1.0 - w) * playout
+
+    def _playout_value(self, state):
         scale = self.cfg.value_scale
         if self.cfg.rollouts <= 0:
             return state.returns()[self.p] * scale
@@ -125,6 +140,7 @@ class ReferenceTraverser:
                 else:
                     legal = s.legal_actions()
                     s.apply_action(legal[self.rng.below(len(legal))])
+                self.counter["rollout_moves"] += 1
             total += s.returns()[self.p]
         return total / self.cfg.rollouts * scale
 
