@@ -8,6 +8,16 @@ sampling, same MLP), in one run on one core (torch uses 1 thread):
 and (b) again with 2 stepping threads (how threads scale), and with the
 forward under bf16 autocast.
 nodes/s counts every node entered; mean batch = request rows / forwards.
+
+`python -m traverser.bench --cutoffs [--rounds R] [--json]` instead compares
+cutoff values (issue 28, part 2) for Lost Cities with the traversal of
+configs/lost_cities_cpu.yaml (external sampling, max_depth 4, prefix_max 90,
+4 heuristic playouts over redealt hidden cards) in one process, one core:
+playout cutoffs (value_cutoff 0, a 256x256 advantage MLP) against value
+cutoffs (value_cutoff 1, the same MLP with a 256x256 value MLP beside it,
+answered in one forward by the local evaluator), alternated R times; it
+prints each mode's median nodes/s and cutoffs/s, the share of the wall
+time spent in the forwards, and the rest (stepping, playouts) per node.
 """
 import argparse
 import json
@@ -18,7 +28,7 @@ import numpy as np
 import torch
 
 import engine
-from batcher.networks import net_for_game
+from batcher.networks import MLP, net_for_game
 from traverser.config import TraverserConfig
 from traverser.local import LocalEvaluator, run_local
 from traverser.reference import ReferenceTraverser
@@ -83,6 +93,79 @@ def bench_game(name, hidden, machines, seconds_scale=1.0, threads=(1, 2)):
     return out
 
 
+# configs/lost_cities_cpu.yaml: the game and its traversal section
+LC_CPU_GAME = {"max_turns": 200, "features": 1}
+LC_CPU_TRAVERSAL = dict(algorithm="external", max_depth=4, prefix_max=90, rollouts=4, rollout_resample=True,
+                        rollout_policy="game", value_scale=0.01, strategy_interval=1, fallback="argmax")
+
+
+def _advantage_value(adv, value):
+    """adv and value in one module answering cat([adv(x), value(x)])."""
+    try:
+        from batcher.networks import AdvantageValue
+    except ImportError:          # until the batcher's AdvantageValue is merged: the same layout
+        class AdvantageValue(torch.nn.Module):
+            def __init__(self, adv, value):
+                super().__init__()
+                self.adv, self.value = adv, value
+
+            def forward(self, x):
+                return torch.cat([self.adv(x), self.value(x)], dim=1)
+    return AdvantageValue(adv, value)
+
+
+class _TimedEvaluator(LocalEvaluator):
+    """The local evaluator, with the wall time of its calls summed."""
+
+    def __init__(self, models):
+        super().__init__(models)
+        self.seconds = 0.0
+
+    def __call__(self, group, n):
+        t0 = time.perf_counter()
+        super().__call__(group, n)
+        self.seconds += time.perf_counter() - t0
+
+
+def bench_cutoffs(rounds=3, traversals=4096, machines=512, hidden=(256, 256)):
+    """Playout cutoffs against value cutoffs, alternated `rounds` times in this
+    process; returns each mode's runs and medians."""
+    game = engine.load_game("lost_cities", **LC_CPU_GAME)
+    T, A = game.information_state_tensor_size(), game.num_distinct_actions()
+    advs = {p: net_for_game(game, hidden, seed=p) for p in (0, 1)}
+    torch.manual_seed(7)
+    value = MLP(T, 1, hidden, input_scale=game.input_scale())
+    modes = {
+        "playout": (TraverserConfig(**LC_CPU_TRAVERSAL), advs),
+        "value": (TraverserConfig(**LC_CPU_TRAVERSAL, value_cutoff=1.0),
+                  {p: _advantage_value(advs[p], value) for p in (0, 1)}),
+    }
+    runs = {m: [] for m in modes}
+    ids = np.arange(traversals)
+    for r in range(rounds):
+        for mode, (cfg, nets) in modes.items():
+            ev = _TimedEvaluator(nets)
+            # fresh ids each round: different roots, the same for both modes
+            t0 = time.perf_counter()
+            _, _, st = run_local(game, cfg, ids, ids % 2, iteration=1, run_seed=r + 1, evaluator=ev, groups=2,
+                                 machines=machines // 2, threads=1, sink=_discard)
+            dt = time.perf_counter() - t0
+            runs[mode].append({"nodes_per_s": st["nodes"] / dt, "cutoffs_per_s": st["cutoffs"] / dt,
+                               "forward_share": ev.seconds / dt, "seconds": dt, "nodes": st["nodes"],
+                               "other_us_per_node": (dt - ev.seconds) / max(st["nodes"], 1) * 1e6,
+                               "cutoffs": st["cutoffs"], "value_cutoffs": st["value_cutoffs"],
+                               "rollout_moves": st["rollout_moves"], "request_rows": ev.rows,
+                               "mean_batch": ev.rows / max(ev.forwards, 1)})
+    out = {"game": {"name": "lost_cities", "params": LC_CPU_GAME}, "traversal": LC_CPU_TRAVERSAL,
+           "hidden": list(hidden), "value_hidden": list(hidden), "traversals_per_run": traversals,
+           "machines": machines, "rounds": rounds, "runs": runs}
+    for mode, rs in runs.items():
+        out[mode] = {k: float(np.median([x[k] for x in rs]))
+                     for k in ("nodes_per_s", "cutoffs_per_s", "forward_share", "other_us_per_node", "mean_batch")}
+    out["value_over_playout_nodes_per_s"] = out["value"]["nodes_per_s"] / out["playout"]["nodes_per_s"]
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m traverser.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,8 +174,26 @@ def main(argv=None):
     ap.add_argument("--hidden", type=int, nargs="+", default=[512, 512, 512])
     ap.add_argument("--machines", type=int, default=512, help="machines in flight per process")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the amount of work")
+    ap.add_argument("--cutoffs", action="store_true",
+                    help="compare playout cutoffs with value cutoffs (Lost Cities, lost_cities_cpu.yaml's traversal)")
+    ap.add_argument("--rounds", type=int, default=3, help="--cutoffs: alternations of the two modes")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if args.cutoffs:
+        if args.rounds < 1 or args.scale <= 0:
+            ap.error("--rounds must be >= 1 and --scale > 0")
+        r = bench_cutoffs(args.rounds, max(args.machines, int(4096 * args.scale)), args.machines)
+        if args.json:
+            json.dump({"cutoffs": r, "torch_threads": 1}, sys.stdout, indent=1)
+            print()
+        else:
+            for mode in ("playout", "value"):
+                m = r[mode]
+                print(f"{mode} cutoffs: {m['nodes_per_s']:,.0f} nodes/s, {m['cutoffs_per_s']:,.0f} cutoffs/s, "
+                      f"forwards {100 * m['forward_share']:.0f}% of the time (mean batch {m['mean_batch']:.0f}), "
+                      f"the rest {m['other_us_per_node']:.1f} us a node (median of {args.rounds})")
+            print(f"value / playout nodes/s: {r['value_over_playout_nodes_per_s']:.2f}x")
+        return
     results = {}
     for name in args.games:
         results[name] = r = bench_game(name, tuple(args.hidden), args.machines, args.scale)
