@@ -180,6 +180,15 @@ def test_a_bad_value_cutoff_is_refused_naming_it(bad):
         MachineGroup(game, TraverserConfig(max_depth=2, value_cutoff=bad), n_machines=2)
 
 
+def test_the_worker_command_line_takes_value_cutoff():
+    import argparse
+
+    from traverser.__main__ import add_traverser_args, traverser_config_from_args
+    ap = add_traverser_args(argparse.ArgumentParser())
+    assert traverser_config_from_args(ap.parse_args([])).value_cutoff == 0.0
+    assert traverser_config_from_args(ap.parse_args(["--value-cutoff", "0.25"])).value_cutoff == 0.25
+
+
 def test_value_cutoffs_need_a_network():
     game = game_for("leduc_poker", {})
     with pytest.raises(ValueError, match="value_cutoff > 0 needs a network"):
@@ -248,17 +257,25 @@ def test_float16_answers_carry_the_value_column():
 # ---------------------------------------------------------------------------
 # the remote path: a real batcher serving the (A + 1)-column nets, a real worker
 
-def test_a_worker_against_a_batcher_with_value_nets_makes_the_local_samples():
+@pytest.mark.parametrize("transport", ["socket", "shm"])
+def test_a_worker_against_a_batcher_with_value_nets_makes_the_local_samples(transport, tmp_path):
+    """A real batcher serving the (A + 1)-column nets as models 0 and 1, a real
+    worker (run_remote) with value_cutoff 1 on Lost Cities, the rows and
+    answers through the socket or a shared-memory slot: the samples of the
+    in-process run with the same nets."""
     game = H.LC
     cfg = TraverserConfig(**H.LC_CFG, value_cutoff=1.0)
     nets = {0: value_net_for_game(game, H.HIDDEN, seed=3), 1: value_net_for_game(game, H.HIDDEN, seed=4)}
     ids = np.arange(30)
-    with H.InProcessBatcher(H.served(nets)) as srv:
+    shm = {"shm_dir": str(tmp_path)} if transport == "shm" else {}
+    with H.InProcessBatcher(H.served(nets), **shm) as srv:
         parts = []
         stats = run_remote(game, cfg, srv.endpoint, ids, ids % 2, 3, 11, 3.0,
                            lambda a, s: parts.append((a, s)), groups_per_thread=2, machines=7,
-                           context=srv.ctx, timeout_s=30)
+                           context=srv.ctx, timeout_s=30, **shm)
         assert srv.serving()
+        if shm:
+            assert stats["shm_fallback"] is None and srv.client().stats()["shm_requests"] > 0
     ref_adv, ref_strat, ref = run_local(game, cfg, ids, ids % 2, iteration=3, run_seed=11, weight=3.0,
                                         evaluator=LocalEvaluator(nets), machines=9)
     for k in ("nodes", "terminals", "cutoffs", "value_cutoffs", "queries", "adv_samples", "strat_samples",
@@ -269,3 +286,15 @@ def test_a_worker_against_a_batcher_with_value_nets_makes_the_local_samples():
         got = sort_samples({k: np.concatenate([p[i][k] for p in parts]) for k in parts[0][i]})
         assert len(got["weight"]) > 0
         assert_same_samples(as_float_info(got), sort_samples(ref_s), what=f"remote vs local {i}")
+
+
+def test_a_worker_refuses_a_batcher_whose_nets_answer_no_value():
+    """value_cutoff 1 against plain advantage nets (num_actions columns): the
+    worker stops with the error naming answer_width."""
+    game = H.LC
+    cfg = TraverserConfig(**H.LC_CFG, value_cutoff=1.0)
+    ids = np.arange(6)
+    with H.InProcessBatcher(H.served(H.nets_for(game))) as srv:
+        with pytest.raises(ValueError, match="answer_width"):
+            run_remote(game, cfg, srv.endpoint, ids, ids % 2, 1, 0, 1.0, lambda a, s: None,
+                       groups_per_thread=1, machines=3, context=srv.ctx, timeout_s=10)

@@ -39,6 +39,9 @@ def add_traverser_args(ap):
                    help="sampled roots: 0..N on-policy decisions before the traversal proper")
     g.add_argument("--fallback", choices=["argmax", "uniform"], default=d.fallback)
     g.add_argument("--strategy-interval", type=int, default=d.strategy_interval)
+    g.add_argument("--value-cutoff", type=float, default=d.value_cutoff,
+                   help="cutoff value from the served value net: 0 = playouts only, 1 = the value alone, "
+                        "w = w * value + (1 - w) * playout mean (the nets must answer num_actions + 1 columns)")
     return ap
 
 
@@ -47,7 +50,7 @@ def traverser_config_from_args(args):
                            value_scale=args.value_scale, max_depth=args.max_depth, max_nodes=args.max_nodes,
                            rollouts=args.rollouts, fallback=args.fallback, rollout_policy=args.rollout_policy,
                            prefix_max=args.prefix_max, rollout_resample=args.rollout_resample,
-                           strategy_interval=args.strategy_interval)
+                           strategy_interval=args.strategy_interval, value_cutoff=args.value_cutoff)
 
 
 def build_parser():

@@ -131,7 +131,7 @@ def bench_cutoffs(rounds=3, traversals=4096, machines=512, hidden=(256, 256)):
     """Playout cutoffs against value cutoffs, alternated `rounds` times in this
     process; returns each mode's runs and medians."""
     game = engine.load_game("lost_cities", **LC_CPU_GAME)
-    T, A = game.information_state_tensor_size(), game.num_distinct_actions()
+    T = game.information_state_tensor_size()
     advs = {p: net_for_game(game, hidden, seed=p) for p in (0, 1)}
     torch.manual_seed(7)
     value = MLP(T, 1, hidden, input_scale=game.input_scale())
