@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import batcher_helpers as H  # noqa: E402
-from traverser._traverse import MachineGroup, SampleArrays  # noqa: E402
+from traverser._traverse import MachineGroup, SampleArrays, _py_set_wire_u8_max  # noqa: E402
 from traverser.config import TraverserConfig  # noqa: E402
 from traverser.local import LocalEvaluator, run_local, sort_samples  # noqa: E402
 from traverser.reference import ReferenceTraverser  # noqa: E402
@@ -109,6 +109,19 @@ def test_value_cutoffs_match_the_reference(case, w, combo):
         assert stats["rollout_moves"] > 0
 
 
+@pytest.mark.parametrize("case", ["leduc_external_depth2", "lc_external_max_nodes"])
+def test_value_rows_survive_the_switch_to_float32_rows(case):
+    """The wire group goes from uint8 to float32 rows in the middle of a
+    round (rows written before it widened in place, value rows among them):
+    the samples are still the reference's."""
+    ref_adv, ref_strat, counter = reference(case, 1.0)
+    adv, strat, stats = run_wire(case, 1.0, 9, False, lower_at=2)
+    assert adv["info"].dtype == np.float32
+    assert_same_samples(as_float_info(adv), ref_adv, what=f"{case} switched advantage")
+    assert_same_samples(as_float_info(strat), ref_strat, what=f"{case} switched strategy")
+    check_counters(stats, counter, 1.0)
+
+
 def test_the_mix_is_w_times_the_value_plus_the_rest_times_the_playout_value():
     """Leduc, external sampling, cutoffs valued as they stand (rollouts 0, so
     no draws and the same nodes for every w): a target is linear in the
@@ -130,15 +143,21 @@ def test_the_mix_is_w_times_the_value_plus_the_rest_times_the_playout_value():
 # ---------------------------------------------------------------------------
 # the wire layout: rows by player, answers answer_width wide
 
-def run_wire(case, w, machines, apart):
+def run_wire(case, w, machines, apart, lower_at=None):
     """A wire group stepped to the end; each segment answered by its model's
-    forward, into the group's buffers or (apart) as arrays of their own."""
+    forward, into the group's buffers or (apart) as arrays of their own.
+    lower_at: from that round on only zeros pack as uint8, so the group
+    switches to float32 rows in the middle of a round."""
     game, cfg, ids, trav, models = setup(case, w)
     g = MachineGroup(game, cfg, n_machines=machines, adv_capacity=7, strat_capacity=7, wire=True)
     assert g.answer_width == game.num_distinct_actions() + 1 == g.advantages.shape[1]
     g.start(ids, trav, ITERATION, RUN_SEED, float(ITERATION))
     parts = []
+    rounds = 0
     while not g.finished():
+        if rounds == lower_at:
+            _py_set_wire_u8_max(g, 0.0)
+        rounds += 1
         n = g.step()
         if g.blocked() or g.finished():
             parts.append((g.drain_advantage(), g.drain_strategy()))
