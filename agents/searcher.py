@@ -154,6 +154,9 @@ class SearchPlayer:
         self.cpu_seconds = 0.0            # process CPU time: what a decision costs on a busy machine
         self.worlds_played = 0
         self.last = None                  # (candidates, mean values, share of worlds best) of the last search
+        # (candidates, each one's mean final score difference over the worlds it was played in, NaN where
+        # none, and how many worlds) of the last search: every candidate's value, also those that left early
+        self.last_values = None
 
     @property
     def name(self):
@@ -223,6 +226,7 @@ class SearchPlayer:
             keep = max(2, math.ceil(len(alive) / 2))
             alive = alive[np.argsort(-means, kind="stable")[:keep]]
         values = np.where(counts > 0, totals / np.maximum(counts, 1), -np.inf)
+        self.last_values = (cands, np.where(counts > 0, values, np.nan), counts.astype(np.int64))
         # the choice is among the last survivors, by their mean over the worlds they all saw
         final = np.full(A, -np.inf)
         final[alive] = values[alive]
@@ -249,8 +253,10 @@ class SearchPlayer:
                                     time_limit=self.time_limit_s or 0.0, hidden=hidden)
         final = np.full(A, -np.inf)
         wins = np.zeros(A)
+        means = np.full(A, np.nan)
         if vals.shape[1]:
             sums = np.where(np.isnan(vals), 0.0, vals).sum(axis=1)
+            means = np.where(seen > 0, sums / np.maximum(seen, 1), np.nan)
             last = seen == seen.max()                  # still in the race at the end
             final[last] = sums[last] / seen[last]
             v = np.where(np.isnan(vals), -np.inf, vals)
@@ -259,6 +265,7 @@ class SearchPlayer:
         else:
             final[0] = 0.0
             wins[0] = 1.0
+        self.last_values = (cands, means, seen.astype(np.int64))
         played = int(vals.shape[1])
         self.decisions += 1
         self.worlds_played += played

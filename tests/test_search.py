@@ -380,6 +380,26 @@ def test_race_player_picks_among_the_survivors():
     assert parse_search_spec("schedule=race,z=2.5,eps=0")["z"] == 2.5
 
 
+def test_last_values_keep_every_candidates_mean_also_of_those_that_left_the_race():
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    state = _midgame(game, 11)
+    for schedule in ("race", "halving", "plain"):
+        player = SearchPlayer(game, worlds=32, seed=5, schedule=schedule)
+        cands, final, _ = player.search(state)
+        vcands, means, seen = player.last_values
+        assert vcands == cands and len(means) == len(seen) == len(cands)
+        # every candidate is played in the first worlds, so each has a value, and a survivor's is its final one
+        assert (seen >= 1).all() and np.isfinite(means).all(), schedule
+        alive = np.isfinite(final)
+        np.testing.assert_allclose(means[alive], final[alive])
+        assert seen[int(np.argmax(final))] == seen.max(), schedule     # the choice saw the most worlds
+    # the race's values are heuristic playouts in common worlds: a candidate's mean is within its playouts' range
+    player = SearchPlayer(game, worlds=32, seed=5)
+    player.search(state)
+    _, means, _ = player.last_values
+    assert np.all(np.abs(means) <= game.max_utility())
+
+
 def test_prefer_keeps_the_blueprints_move_unless_the_search_drops_it():
     game = engine.load_game("lost_cities", **LC_SMALL)
     bp = _blueprint(game, seed=2)
