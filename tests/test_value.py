@@ -76,3 +76,158 @@ def test_batcher_answers_advantages_and_value_in_one_forward():
         head, answer = infer_blocking(c, 1, rows)                     # model 1: a plain MLP, A columns
         assert answer.shape == (13, A)
     assert not srv.errors
+
+
+# ---------------------------------------------------------------------------
+# 2. targets: each row's game's outcome for its player, scored by hand
+SMALL = dict(max_turns=200)      # the full game, capped: the heuristic scores in it
+
+
+def _hand_score(expedition, params):
+    """An expedition's score from the rules (docs/engine.md), not the engine's scoring."""
+    if not expedition:
+        return 0
+    numbers = [int(c[1:]) for c in expedition if c[1:] != "w"]
+    wagers = len(expedition) - len(numbers)
+    score = (sum(numbers) - params["expedition_cost"]) * (1 + wagers)
+    return score + (params["bonus_amount"] if len(expedition) >= params["bonus_threshold"] else 0)
+
+
+def test_value_targets_are_each_games_outcome_for_the_row_player():
+    import engine
+    from trainer.value import value_rows
+    from trainer.warmstart import heuristic_rows
+    game = engine.load_game("lost_cities", **SMALL)
+    deals, scale = [21, 22, 23, 24], 0.01
+    adv, _ = heuristic_rows(game, len(deals), seed=deals[0], advantage=0.05)
+    want = {0: [], 1: []}            # (info, outcome, deal) of each player's decisions, in order
+    outcomes = []
+    for deal in deals:
+        state = game.new_initial_state(seed=deal)
+        seen = []
+        while not state.is_terminal():
+            p = state.current_player()
+            seen.append((p, state.information_state_tensor(p)))
+            state.apply_action(game.heuristic_action(state))
+        d = state.to_dict()
+        score = [sum(_hand_score(e, game.params) for e in d["expeditions"][p]) for p in (0, 1)]
+        outcome = {0: score[0] - score[1], 1: score[1] - score[0]}
+        outcomes.append(outcome[0])
+        for p, info in seen:
+            want[p].append((info, outcome[p], deal))
+    assert len(set(outcomes)) > 1           # the games differ: a row's target is its own game's
+    for p in (0, 1):
+        rows = adv[p]
+        assert len(rows["outcome"]) == len(want[p])
+        np.testing.assert_array_equal(rows["info"], np.asarray([w[0] for w in want[p]], np.float32))
+        np.testing.assert_array_equal(rows["outcome"], np.asarray([w[1] for w in want[p]], np.float32))
+        np.testing.assert_array_equal(rows["game"], [w[2] for w in want[p]])
+    v = value_rows(adv, scale)
+    n = len(want[0]) + len(want[1])
+    assert v["target"].shape == (n, 1) and v["target"].dtype == np.float32 and v["mask"].shape == (n, 1)
+    expected = np.asarray([w[1] * scale for p in (0, 1) for w in want[p]], np.float32)
+    np.testing.assert_allclose(v["target"][:, 0], expected, rtol=1e-6)
+    np.testing.assert_array_equal(v["game"], [w[2] for p in (0, 1) for w in want[p]])
+    np.testing.assert_array_equal(v["info"], np.concatenate([adv[0]["info"], adv[1]["info"]]))
+    with pytest.raises(ValueError, match="outcome and game"):
+        value_rows({k: v for k, v in adv[0].items() if k != "outcome"}, scale)
+
+
+def test_the_warm_start_cache_keeps_outcomes_and_games_and_ignores_older_formats(tmp_path):
+    import json
+    import engine
+    from trainer.warmstart import heuristic_rows
+    game = engine.load_game("lost_cities", **SMALL)
+    cache = tmp_path / "rows.npz"
+    first, again = {}, {}
+    a, _ = heuristic_rows(game, 2, seed=5, advantage=0.05, cache=cache, stats=first)
+    b, _ = heuristic_rows(game, 2, seed=5, advantage=0.05, cache=cache, stats=again)
+    assert not first["cached"] and again["cached"]
+    for p in (0, 1):
+        for key in ("outcome", "game", "info"):
+            np.testing.assert_array_equal(a[p][key], b[p][key])
+    with np.load(cache) as z:
+        meta = json.loads(str(z["meta"]))
+        arrays = {k: z[k] for k in z.files}
+    assert meta["format"] == 3
+    old = {k: v for k, v in arrays.items() if not k.startswith(("outcome", "game"))}
+    old["meta"] = np.array(json.dumps({**meta, "format": 2}))
+    np.savez(cache, **old)
+    stats = {}
+    heuristic_rows(game, 2, seed=5, advantage=0.05, cache=cache, stats=stats)
+    assert not stats["cached"]             # a format-2 cache (no outcomes) is played again
+
+
+# ---------------------------------------------------------------------------
+# 3. the hold-out is by whole games
+def test_split_by_game_holds_out_whole_games_deterministically():
+    from trainer.value import split_by_game
+    rng = np.random.default_rng(0)
+    games = np.repeat(np.arange(100, 140), rng.integers(1, 30, size=40))
+    rows = {"info": np.arange(len(games))[:, None].astype(np.uint8), "target": rng.random((len(games), 1)),
+            "weight": np.ones(len(games), np.float32), "game": games}
+    train, held = split_by_game(rows, 0.25, seed=3)
+    assert len(train["game"]) + len(held["game"]) == len(games)
+    assert not set(train["game"]) & set(held["game"])          # no deal on both sides
+    assert len(set(held["game"])) == 10 and len(set(train["game"])) == 30
+    for g in set(held["game"]):                                  # every row of a held-out game is out
+        assert (held["game"] == g).sum() == (games == g).sum()
+    again, other = split_by_game(rows, 0.25, seed=3), split_by_game(rows, 0.25, seed=4)
+    assert set(again[1]["game"]) == set(held["game"])
+    assert set(other[1]["game"]) != set(held["game"])
+    # the columns stay together
+    np.testing.assert_array_equal(held["target"], rows["target"][np.isin(games, held["game"])])
+    # two games: one each side, whatever the share; one game, or share 0: nothing held out
+    two = {k: v[np.isin(games, [100, 101])] for k, v in rows.items()}
+    for share in (0.01, 0.5, 0.99):
+        t, h = split_by_game(two, share, seed=1)
+        assert len(set(t["game"])) == 1 and len(set(h["game"])) == 1
+    one = {k: v[games == 100] for k, v in rows.items()}
+    assert len(split_by_game(one, 0.5, seed=1)[1]["game"]) == 0
+    assert len(split_by_game(rows, 0.0, seed=1)[1]["game"]) == 0
+    with pytest.raises(ValueError, match="share"):
+        split_by_game(rows, 1.0, seed=1)
+
+
+def test_colour_augmentation_renames_the_info_rows_but_not_the_value_target():
+    import engine
+    from trainer.symmetry import ColourAugment
+    from trainer.value import info_only
+    game = engine.load_game("lost_cities", **SMALL)
+    augment = ColourAugment(game)
+    state = game.new_initial_state(seed=2)
+    info = np.asarray([state.information_state_tensor(0)] * 8, np.uint8)
+    batch = {"info": info, "target": np.arange(8, dtype=np.float32)[:, None], "mask": np.ones((8, 1), np.uint8),
+             "weight": np.ones(8, np.float32)}
+    out = info_only(augment)(batch, np.random.default_rng(7))
+    np.testing.assert_array_equal(out["target"], batch["target"])
+    np.testing.assert_array_equal(out["mask"], batch["mask"])
+    np.testing.assert_array_equal(out["info"], augment({"info": info}, np.random.default_rng(7))["info"])
+    assert not np.array_equal(out["info"], info)                 # some row was renamed
+    t = info_only(augment)({k: torch.from_numpy(v) for k, v in batch.items()}, np.random.default_rng(7))
+    np.testing.assert_array_equal(t["info"].numpy(), out["info"])
+    np.testing.assert_array_equal(t["target"].numpy(), batch["target"])
+
+
+# ---------------------------------------------------------------------------
+# 4. the config
+def test_value_cutoffs_need_a_value_net_and_games_to_train_it_on():
+    from trainer.config import ConfigError, load_config, validate
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5"])
+    assert cfg.train.value_steps == 5 and cfg.network.value_hidden == [256, 256]
+    cfg.traversal.value_cutoff = 0.5          # traversal.value_cutoff is the traverser's key (TraverserConfig)
+    validate(cfg)
+    for change in ({"value_steps": 0}, {"warm_start_games": 0}):
+        bad = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5"])
+        for k, v in change.items():
+            setattr(bad.train, k, v)
+        bad.traversal.value_cutoff = 1.0
+        with pytest.raises(ConfigError, match=r"traversal.value_cutoff.*train.value_steps.*train.warm_start_games"):
+            validate(bad)
+    with pytest.raises(ConfigError, match="train.value_steps: the value net trains on the warm start's games"):
+        load_config(root / "configs" / "smoke.yaml", ["train.value_steps=5"])
+    with pytest.raises(ConfigError, match="network.value_hidden"):
+        load_config(root / "configs" / "smoke.yaml", ["network.value_hidden=[0]"])
+    with pytest.raises(ConfigError, match="train.value_budget_s"):
+        load_config(root / "configs" / "smoke.yaml", ["train.value_budget_s=-1"])
