@@ -231,3 +231,73 @@ def test_value_cutoffs_need_a_value_net_and_games_to_train_it_on():
         load_config(root / "configs" / "smoke.yaml", ["network.value_hidden=[0]"])
     with pytest.raises(ConfigError, match="train.value_budget_s"):
         load_config(root / "configs" / "smoke.yaml", ["train.value_budget_s=-1"])
+
+
+# ---------------------------------------------------------------------------
+# 5. a run: metrics, the prior and the checkpoints hold the value net, a resume restores it
+def test_a_run_trains_the_value_net_keeps_it_in_its_checkpoints_and_a_resume_restores_it(tmp_path):
+    import json
+    import subprocess
+    from agents.checkpoint import load_checkpoint, prior_checkpoint
+    root = Path(__file__).resolve().parents[1]
+    run_dir = tmp_path / "run"
+    small = ["train.traversals=40", "train.adv_steps=5", "train.strategy_steps=5", "network.hidden=[16]",
+             "eval.lc_games=2", "run.progress=false", "train.warm_start_games=6", "train.warm_start_steps=3",
+             "train.value_steps=40", "network.value_hidden=[32, 16]", "train.augment_colours=true",
+             "train.iterations=1"]
+    r = subprocess.run([sys.executable, "-m", "trainer", "--config", "configs/smoke.yaml", "--run-dir", str(run_dir),
+                        *sum([["--set", s] for s in small], [])], cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    for key in ("value_heldout_mse", "value_heldout_mean_mse", "value_heldout_zero_mse"):
+        assert m[key] >= 0
+    assert m["value_steps"] == 40 and m["value_heldout_games"] == 1 and m["value_train_s"] > 0
+    # 6 games, one held out: the training rows are the other five games' decisions, both players'
+    assert 0 < m["value_train_rows"] < m["warm_start_decisions"]
+    assert "value net: 40 steps on " in r.stdout and "held-out MSE " in r.stdout and "mean predictor " in r.stdout
+    prior = torch.load(prior_checkpoint(run_dir), weights_only=True)
+    ckpt = load_checkpoint(run_dir)
+    assert ckpt["value_spec"] == {"input_size": ckpt["net_spec"]["input_size"], "num_actions": 1, "hidden": [32, 16]}
+    assert prior["value_spec"] == ckpt["value_spec"] and "value" in ckpt["optimizers"]
+    for k, v in ckpt["value_net"].items():              # trained in the warm start only: the prior's
+        assert torch.equal(prior["value_net"][k], v)
+    build_mlp(ckpt["value_spec"]).load_state_dict(ckpt["value_net"])
+    r = subprocess.run([sys.executable, "-m", "trainer", "--resume", str(run_dir), "--set", "train.iterations=2",
+                        "--set", "run.progress=false"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    resumed = load_checkpoint(run_dir)
+    assert resumed["iteration"] == 2 and "value net: " not in r.stdout      # restored, not trained again
+    for k, v in ckpt["value_net"].items():
+        assert torch.equal(resumed["value_net"][k], v)
+
+
+def test_the_push_serves_advantages_and_value_with_value_cutoffs_and_the_advantages_alone_without():
+    """Supervisor._push_one on a real batcher: with traversal.value_cutoff > 0
+    model p answers adv_p and the value net in A + 1 columns, else adv_p
+    alone, as before."""
+    from types import SimpleNamespace
+    from trainer.config import load_config
+    from trainer.supervise import Supervisor
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5"])
+    nets = leduc_nets()
+    A = LEDUC.num_distinct_actions()
+    value = MLP(COLS, 1, (8,), input_scale=LEDUC.input_scale())
+    rows = rows_of("float32", 7, seed=5)
+    with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 0)}) as srv:
+        sup = Supervisor.__new__(Supervisor)          # only its push: no services started
+        sup.client = srv.client()
+        sup.trainer = SimpleNamespace(cfg=cfg, nets={"adv0": nets[0], "adv1": nets[1]}, value_net=value,
+                                      versions={0: 0, 1: 0}, device="cpu")
+        for cutoff in (0.0, 0.5):
+            cfg.traversal.value_cutoff = cutoff
+            sup._push_one(1)
+            head, answer = infer_blocking(sup.client, 1, rows)
+            assert head["version"] == sup.trainer.versions[1]
+            np.testing.assert_allclose(answer[:, :A], forward(nets[1], rows), atol=ATOL, rtol=0)
+            if cutoff == 0:
+                assert answer.shape == (7, A)
+            else:
+                assert answer.shape == (7, A + 1)
+                np.testing.assert_allclose(answer[:, A], forward(value, rows)[:, 0], atol=ATOL, rtol=0)
+    assert not srv.errors
