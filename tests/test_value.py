@@ -251,8 +251,9 @@ def test_a_run_trains_the_value_net_keeps_it_in_its_checkpoints_and_a_resume_res
     m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     for key in ("value_heldout_mse", "value_heldout_mean_mse", "value_heldout_zero_mse"):
         assert m[key] >= 0
-    assert m["value_steps"] == 40 and m["value_heldout_games"] == 1 and m["value_train_s"] > 0
-    # 6 games, one held out: the training rows are the other five games' decisions, both players'
+    assert m["value_steps"] == 40 and m["value_best_step"] == 40 and m["value_train_s"] > 0
+    # 6 games: one held out, one for validation, the other four's decisions (both players') trained on
+    assert m["value_heldout_games"] == 1 and m["value_val_games"] == 1 and m["value_val_mse"] >= 0
     assert 0 < m["value_train_rows"] < m["warm_start_decisions"]
     assert "value net: 40 steps on " in r.stdout and "held-out MSE " in r.stdout and "mean predictor " in r.stdout
     prior = torch.load(prior_checkpoint(run_dir), weights_only=True)
@@ -301,3 +302,29 @@ def test_the_push_serves_advantages_and_value_with_value_cutoffs_and_the_advanta
                 assert answer.shape == (7, A + 1)
                 np.testing.assert_allclose(answer[:, A], forward(value, rows)[:, 0], atol=ATOL, rtol=0)
     assert not srv.errors
+
+
+def test_train_value_keeps_the_weights_of_its_best_validation_check_and_reports_the_predictors():
+    import engine
+    from trainer.value import split_by_game, train_value, value_errors, value_rows
+    from trainer.warmstart import heuristic_rows
+    game = engine.load_game("lost_cities", **SMALL)
+    adv, _ = heuristic_rows(game, 12, seed=40, advantage=0.05)
+    torch.manual_seed(0)
+    net = MLP(game.information_state_tensor_size(), 1, (64, 64), input_scale=game.input_scale())
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+    m = train_value(net, opt, adv, 0.01, 5000, 256, "cpu", np.random.default_rng(0), seed=9, held_out_share=0.25)
+    # a dozen games are memorised long before 5000 steps: the validation games stopped it
+    assert m["value_best_step"] < m["value_steps"] < 5000
+    rest, held = split_by_game(value_rows(adv, 0.01), 0.25, 9)
+    train, val = split_by_game(rest, 0.1, 10)
+    assert m["value_heldout_games"] == 3 and m["value_val_games"] == 1 and m["value_train_rows"] == len(train["game"])
+    mean = float(train["target"].mean())
+    # the net returned is the one of the best check, not the last
+    assert value_errors(net, val, mean)["mse"] == pytest.approx(m["value_val_mse"], rel=1e-9)
+    target = held["target"][:, 0].astype(np.float64)
+    assert m["value_heldout_zero_mse"] == pytest.approx(float((target ** 2).mean()), rel=1e-9)
+    assert m["value_heldout_mean_mse"] == pytest.approx(float(((target - mean) ** 2).mean()), rel=1e-6)
+    with torch.inference_mode():
+        pred = net(torch.from_numpy(held["info"].astype(np.float32))).double().numpy()[:, 0]
+    assert m["value_heldout_mse"] == pytest.approx(float(((pred - target) ** 2).mean()), rel=1e-6)

@@ -14,8 +14,10 @@ what the net carries over to games it has not seen; it is reported next to
 the error of predicting 0 and of predicting the training rows' mean target.
 
 train_value fits the net by MSE (trainer.learn.train_net with value_loss)
-on the training games' rows; with colour augmentation only the info rows
-are renamed (info_only), since the [n, 1] target is not per action.
+on the training games' rows, stopping early by the error on validation
+games (apart from the held-out ones); with colour augmentation only the
+info rows are renamed (info_only), since the [n, 1] target is not per
+action.
 """
 import time
 
@@ -110,32 +112,71 @@ def value_errors(net, rows, mean_target, device="cpu"):
 
 
 HELD_OUT_SHARE = 0.1        # of the warm start's games, for the value net's held-out error
+VALIDATION_SHARE = 0.1      # of the other games, for early stopping
+CHECK_EVERY = 100           # steps between validation checks
+PATIENCE = 5                # checks without a better validation error before the training stops
 
 
 def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device, rng, seed, grad_clip=1.0,
                 augment=None, budget_s=0.0, progress=None, held_out_share=HELD_OUT_SHARE):
     """Train the value net `net` on the warm start's games (trainer.warmstart's
-    advantage rows `adv_rows`), a share of the games held out whole; returns
-    the metrics (value_heldout_mse, value_heldout_mean_mse,
-    value_heldout_zero_mse, value_train_mse, value_train_rows,
-    value_heldout_games, value_steps, value_train_s, value_loss).
-    budget_s > 0: the steps stop once that many seconds have passed."""
+    advantage rows `adv_rows`) and return its metrics.
+
+    The games are split three ways, each game whole on one side
+    (split_by_game): a share held out for the error reported
+    (value_heldout_*), a share of the rest for validation, and the rest
+    trained on. Every CHECK_EVERY steps the validation error is taken; the
+    net keeps the weights of the best check, and the training stops after
+    `steps`, after PATIENCE checks without a better one, or once budget_s
+    seconds (> 0) have passed. A net fitted to a few hundred games
+    memorises their outcomes within a few thousand steps (its error on new
+    games then grows again), so `steps` is a ceiling and the validation
+    games say when to stop.
+
+    Metrics: value_heldout_mse, value_heldout_mean_mse (predicting the
+    training rows' mean target), value_heldout_zero_mse, value_train_mse,
+    value_val_mse (of the net kept), value_train_rows, value_heldout_rows,
+    value_heldout_games, value_val_games, value_steps (taken),
+    value_best_step (of the weights kept), value_train_s, value_loss."""
+    import copy
+
     from trainer.learn import train_net
     t0 = time.monotonic()
-    train, held = split_by_game(value_rows(adv_rows, value_scale), held_out_share, seed)
+    deadline = t0 + budget_s if budget_s > 0 else None
+    rest, held = split_by_game(value_rows(adv_rows, value_scale), held_out_share, seed)
+    train, val = split_by_game(rest, VALIDATION_SHARE, seed + 1)
     if len(train["weight"]) == 0:
         raise ValueError("the value net has no training rows: the warm start labelled no game")
-    done = {}
-    loss = train_net(net, Rows(train), steps, batch_size, optimizer, device, rng, value_loss, grad_clip, progress,
-                     augment=None if augment is None else info_only(augment),
-                     deadline=t0 + budget_s if budget_s > 0 else None, stats=done)
     mean = float(np.average(train["target"][:, 0], weights=train["weight"]))
+    memory = Rows(train)
+    augment = None if augment is None else info_only(augment)
+    taken, loss = 0, None
+    best = (float("inf"), None, 0)          # (validation error, weights, step)
+    since_best = 0
+    while taken < steps and (deadline is None or time.monotonic() < deadline):
+        done = {}
+        loss = train_net(net, memory, min(CHECK_EVERY, steps - taken), batch_size, optimizer, device, rng,
+                         value_loss, grad_clip, progress, augment=augment, deadline=deadline, stats=done)
+        taken += done.get("steps", 0)
+        if len(val["weight"]) == 0:
+            continue
+        err = value_errors(net, val, mean, device)["mse"]
+        if err < best[0]:
+            best, since_best = (err, copy.deepcopy(net.state_dict()), taken), 0
+        else:
+            since_best += 1
+            if since_best >= PATIENCE:
+                break
+    if best[1] is not None:
+        net.load_state_dict(best[1])
     out = value_errors(net, held, mean, device)
     fit = value_errors(net, train, mean, device)
     return {"value_heldout_mse": out["mse"], "value_heldout_mean_mse": out["mean_mse"],
             "value_heldout_zero_mse": out["zero_mse"], "value_train_mse": fit["mse"],
+            "value_val_mse": best[0] if best[1] is not None else None,
             "value_train_rows": len(train["weight"]), "value_heldout_rows": len(held["weight"]),
-            "value_heldout_games": len(np.unique(held["game"])), "value_steps": done.get("steps", 0),
+            "value_heldout_games": len(np.unique(held["game"])), "value_val_games": len(np.unique(val["game"])),
+            "value_steps": taken, "value_best_step": best[2] if best[1] is not None else taken,
             "value_train_s": time.monotonic() - t0, "value_loss": loss}
 
 
@@ -144,7 +185,8 @@ def value_line(m):
     def f(x):
         return "-" if x is None else f"{x:.4g}"
     line = (f"value net: {m['value_steps']} steps on {m['value_train_rows']} rows in {m['value_train_s']:.0f} s; "
-            f"held-out MSE {f(m['value_heldout_mse'])} on {m['value_heldout_games']} games "
+            f"kept step {m['value_best_step']} (validation MSE {f(m['value_val_mse'])} on "
+            f"{m['value_val_games']} games); held-out MSE {f(m['value_heldout_mse'])} on {m['value_heldout_games']} games "
             f"(mean predictor {f(m['value_heldout_mean_mse'])}, zero {f(m['value_heldout_zero_mse'])}; "
             f"train {f(m['value_train_mse'])})")
     base = min((x for x in (m["value_heldout_mean_mse"], m["value_heldout_zero_mse"]) if x), default=None)
