@@ -256,6 +256,7 @@ def test_a_run_trains_the_value_net_keeps_it_in_its_checkpoints_and_a_resume_res
     assert m["value_heldout_games"] == 1 and m["value_val_games"] == 1 and m["value_val_mse"] >= 0
     assert 0 < m["value_train_rows"] < m["warm_start_decisions"]
     assert "value net: 40 steps on " in r.stdout and "held-out MSE " in r.stdout and "mean predictor " in r.stdout
+    assert f"value held-out MSE {m['value_heldout_mse']:.4g} (mean " in r.stdout      # and in iteration 1's line
     prior = torch.load(prior_checkpoint(run_dir), weights_only=True)
     ckpt = load_checkpoint(run_dir)
     assert ckpt["value_spec"] == {"input_size": ckpt["net_spec"]["input_size"], "num_actions": 1, "hidden": [32, 16]}
