@@ -1,6 +1,8 @@
 """Network definitions. Advantage and strategy nets share one shape: an MLP
 from the info-state tensor to one output per action id (illegal ones are
-ignored by regret matching / masked in training)."""
+ignored by regret matching / masked in training). A value net is an MLP
+with one output; AdvantageValue serves an advantage net and a value net as
+one module whose answer rows are the advantages followed by the value."""
 import torch
 from torch import nn
 
@@ -34,8 +36,44 @@ class MLP(nn.Module):
         return {"input_size": self.input_size, "num_actions": self.num_actions, "hidden": list(self.hidden)}
 
 
+class AdvantageValue(nn.Module):
+    """An advantage net `adv` (info-state -> A advantages) and a value net
+    `value` (info-state -> 1: the expected return of the player whose
+    info-state it is, in traversal value units) answered by one module:
+    forward(x) is [adv(x), value(x)], A + 1 columns, the value last. Its
+    spec's "num_actions" is that output width (A + 1), so a server that
+    sizes its answers by the spec needs no other rule; "value_hidden" marks
+    it (build_mlp)."""
+
+    def __init__(self, adv, value):
+        super().__init__()
+        if getattr(value, "num_actions", None) != 1:
+            raise ValueError(f"the value net must have one output, not {getattr(value, 'num_actions', None)}")
+        if adv.input_size != value.input_size:
+            raise ValueError(f"the advantage net takes {adv.input_size} inputs but the value net "
+                             f"{value.input_size}")
+        self.adv = adv
+        self.value = value
+        self.input_size = adv.input_size
+        self.num_actions = adv.num_actions + 1
+
+    def forward(self, x):
+        return torch.cat([self.adv(x), self.value(x)], dim=1)
+
+    def spec(self):
+        return {"input_size": self.input_size, "num_actions": self.num_actions, "hidden": list(self.adv.hidden),
+                "value_hidden": list(self.value.hidden)}
+
+
 def build_mlp(spec):
-    """An MLP of the given spec; its input_scale comes with the weights."""
+    """The net of the given spec (an AdvantageValue if it has "value_hidden",
+    else an MLP); its input_scale comes with the weights."""
+    if "value_hidden" in spec:
+        if int(spec["num_actions"]) < 2:
+            raise ValueError(f"an advantage-value spec needs num_actions >= 2 (the advantages and the value), "
+                             f"got {spec['num_actions']}")
+        return AdvantageValue(MLP(spec["input_size"], int(spec["num_actions"]) - 1, tuple(spec["hidden"])),
+                              MLP(spec["input_size"], 1, tuple(spec["value_hidden"])))
     return MLP(spec["input_size"], spec["num_actions"], tuple(spec["hidden"]))
 
 

@@ -16,7 +16,9 @@ completed iteration), "nets" ({"adv0", "adv1", "strategy"} -> state dicts),
 "net_spec" (MLP spec), "optimizers" ({name -> state dict}), "rng" (torch,
 numpy and python generator states), "versions" (batcher model versions),
 "counters" (totals for metrics), "memories" (file name or None), and with
-train.average=sdcfr "sdcfr" (the running sums of agents.sdcfr).
+train.average=sdcfr "sdcfr" (the running sums of agents.sdcfr). A run with
+a value net (train.value_steps > 0, trainer/value.py) adds "value_net" (its
+state dict), "value_spec" (its MLP spec) and optimizers["value"].
 """
 import os
 from pathlib import Path

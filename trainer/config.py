@@ -24,6 +24,8 @@ class GameSection:
 class NetworkSection:
     hidden: list = field(default_factory=lambda: [512, 512, 512])
     """Hidden layer widths of the advantage and strategy MLPs."""
+    value_hidden: list = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the value net (train.value_steps > 0): info-state -> the expected return of its player, in traversal value units."""
 
 
 @dataclass
@@ -84,6 +86,10 @@ class TrainSection:
     """Wall-clock budget of the warm start's labelling, in seconds (0 = none): no game starts once it is spent and the game in play is dropped, so the prior holds the games finished in time, at most warm_start_games. A run then lasts about as long on a slower box, with fewer labelled games (metrics.jsonl's warm_start_games_labelled says how many)."""
     warm_start_pretrain_budget_s: float = 0.0
     """Wall-clock budget of the warm start's pretraining, in seconds (0 = none): each of the three nets stops after warm_start_steps or a third of this, whichever comes first."""
+    value_steps: int = 0
+    """SGD steps of the value net on the warm start's games, after the warm start's pretraining (0 = no value net; trainer/value.py). A tenth of the games is held out whole for its error in metrics.jsonl (value_heldout_mse, next to the mean and zero predictors'). traversal.value_cutoff > 0 needs it."""
+    value_budget_s: float = 0.0
+    """Wall-clock budget of the value net's training, in seconds (0 = none): it stops after value_steps or this, whichever comes first. Its own budget, apart from warm_start_pretrain_budget_s."""
     warm_start_share: float = 0.0
     """0: the warm-start rows sit in the memories and fade as linear CFR's weights grow. In (0, 1): they stay apart and make up this share of every advantage and strategy batch for the whole run (a lasting prior)."""
 
@@ -322,6 +328,10 @@ def validate(cfg):
         ("train.warm_start_advantage", cfg.train.warm_start_advantage > 0),
         ("train.warm_start_steps", cfg.train.warm_start_steps >= 0),
         ("train.warm_start_share", 0.0 <= cfg.train.warm_start_share < 1.0),
+        ("train.value_steps", cfg.train.value_steps >= 0),
+        ("train.value_budget_s", math.isfinite(cfg.train.value_budget_s) and cfg.train.value_budget_s >= 0),
+        ("network.value_hidden", len(cfg.network.value_hidden) >= 1
+         and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in cfg.network.value_hidden)),
         ("train.warm_start_worlds", cfg.train.warm_start_worlds >= 0),
         ("train.warm_start_explore", 0.0 <= cfg.train.warm_start_explore < 1.0),
         ("train.warm_start_procs", cfg.train.warm_start_procs >= 0),
@@ -355,6 +365,14 @@ def validate(cfg):
         if getattr(cfg.train, key) > 0 and cfg.train.warm_start_games == 0:
             raise ConfigError(f"config train.{key}: a warm-start budget needs train.warm_start_games > 0 "
                               "(the most games to label)")
+    cutoff = getattr(cfg.traversal, "value_cutoff", 0.0)
+    if cutoff > 0 and (cfg.train.value_steps == 0 or cfg.train.warm_start_games == 0):
+        raise ConfigError(f"config traversal.value_cutoff: {cutoff:g} values cutoffs with the value net, which "
+                          f"needs train.value_steps > 0 (got {cfg.train.value_steps}) and warm-start games to "
+                          f"train on (train.warm_start_games > 0, got {cfg.train.warm_start_games})")
+    if cfg.train.value_steps > 0 and cfg.train.warm_start_games == 0:
+        raise ConfigError("config train.value_steps: the value net trains on the warm start's games; "
+                          "it needs train.warm_start_games > 0")
     if cfg.train.augment_colours and cfg.game.name != "lost_cities":
         raise ConfigError(f"config train.augment_colours: colour renaming is a lost_cities symmetry; "
                           f"{cfg.game.name} has none")

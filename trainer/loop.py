@@ -64,6 +64,11 @@ class Trainer:
         self.np_rng = np.random.default_rng(seed)
         self.nets = {name: self._new_net() for name in ("adv0", "adv1", "strategy")}
         self.optimizers = {name: _adam(net, cfg.train.lr) for name, net in self.nets.items()}
+        self.value_net = self.value_optimizer = None       # trainer/value.py (train.value_steps > 0)
+        if cfg.train.value_steps > 0:
+            self.value_net = MLP(T, 1, tuple(cfg.network.value_hidden),
+                                 input_scale=self.game.input_scale()).to(self.device)
+            self.value_optimizer = _adam(self.value_net, cfg.train.lr)
         self.augment = None
         if cfg.train.augment_colours:
             from trainer.symmetry import ColourAugment
@@ -95,6 +100,12 @@ class Trainer:
         for name, opt in self.optimizers.items():
             if name in ckpt.get("optimizers", {}):
                 opt.load_state_dict(ckpt["optimizers"][name])
+        if self.value_net is not None:
+            if "value_net" not in ckpt:
+                raise ValueError(f"{ckpt['path']}: train.value_steps > 0 but the checkpoint holds no value net")
+            self.value_net.load_state_dict(ckpt["value_net"])
+            if "value" in ckpt.get("optimizers", {}):
+                self.value_optimizer.load_state_dict(ckpt["optimizers"]["value"])
         rng = ckpt["rng"]
         torch.set_rng_state(rng["torch"])
         self.np_rng.bit_generator.state = json.loads(rng["numpy"])
@@ -246,8 +257,24 @@ class Trainer:
                  f"(losses {', '.join('-' if x is None else f'{x:.4g}' for x in losses)}) in "
                  f"{time.monotonic() - t0:.0f} s"
                  + (f"; kept as {tr.warm_start_share:g} of every batch" if tr.warm_start_share > 0 else ""))
-        save_prior(self.run_dir, self.cfg, self.nets)     # the run's prior, for head-to-head evaluation
+        if self.value_net is not None:
+            self.warm_start_info.update(self._train_value(adv))
+        save_prior(self.run_dir, self.cfg, self.nets, self.value_net)     # the run's prior, for head-to-head evaluation
         return self.warm_start_info
+
+    def _train_value(self, adv):
+        """Train the value net on the warm start's games (trainer/value.py); its metrics."""
+        from trainer.value import train_value, value_line
+        tr = self.cfg.train
+        bar = self._bar(total=tr.value_steps, desc="warm start: train the value net", unit="step",
+                        budget_s=tr.value_budget_s or None)
+        m = train_value(self.value_net, self.value_optimizer, adv, self.cfg.traversal.value_scale, tr.value_steps,
+                        tr.batch_size, self.device, self.np_rng, seed=self.cfg.run.seed, grad_clip=tr.grad_clip,
+                        augment=self.augment, budget_s=tr.value_budget_s, progress=bar)
+        if bar is not None:
+            bar.close()
+        self.log(value_line(m))
+        return m
 
     def _memory(self, name):
         """What a net trains on: its memory, mixed with the warm-start prior if one is kept."""
@@ -344,15 +371,26 @@ class Trainer:
             "nets": {k: {n: v.detach().cpu() for n, v in net.state_dict().items()} for k, net in self.nets.items()},
             "net_spec": self.nets["strategy"].spec(),
             "optimizers": {k: opt.state_dict() for k, opt in self.optimizers.items()},
+            **self._value_payload(),
             "rng": {"torch": torch.get_rng_state(), "numpy": json.dumps(self.np_rng.bit_generator.state),
                     "python": json.dumps(random.getstate())},
             "versions": {str(k): v for k, v in self.versions.items()},
             "counters": dict(self.counters),
             "memories": mem_name,
         }
+        if self.value_net is not None:
+            payload["optimizers"]["value"] = self.value_optimizer.state_dict()
         if self.sdcfr is not None:
             payload["sdcfr"] = self.sdcfr.state_dict()
         return ck.save_checkpoint(self.run_dir, t, payload)
+
+    def _value_payload(self):
+        """The value net's checkpoint keys: value_net (its state dict) and
+        value_spec, and its optimizer under "optimizers"; none without one."""
+        if self.value_net is None:
+            return {}
+        return {"value_net": {n: v.detach().cpu() for n, v in self.value_net.state_dict().items()},
+                "value_spec": self.value_net.spec()}
 
     # ---- main
     def run(self):

@@ -15,6 +15,9 @@ def iteration_line(m):
     for r in opponent_results(m):
         margin = "" if r["margin"] is None else f" margin {r['margin']:+.3g}"
         parts.append(f"vs {r['opponent']} win {r['win_rate']:.3f}{margin}")
+    if m.get("value_heldout_mse") is not None:          # the first line of a run with a value net
+        parts.append(f"value held-out MSE {m['value_heldout_mse']:.4g} (mean {m['value_heldout_mean_mse']:.4g}, "
+                     f"zero {m['value_heldout_zero_mse']:.4g}; {m['value_heldout_games']} games)")
     return " | ".join(parts)
 
 

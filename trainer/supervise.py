@@ -26,6 +26,7 @@ import threading
 import time
 
 from batcher.client import BatcherClient, BatcherTimeout, wait_for_batcher
+from batcher.networks import AdvantageValue
 from trainer.launcher import LocalServices
 
 PHASES = ("warm start", "traverse", "train", "push", "evaluate", "checkpoint")
@@ -139,13 +140,20 @@ class Supervisor:
                 continue
 
     def _push_one(self, player):
+        """Player's advantage net as model `player`; with value cutoffs
+        (traversal.value_cutoff > 0) that net and the value net as one
+        AdvantageValue, whose answers carry the value in one more column."""
         tr = self.trainer
         tr.versions[player] += 1
         net = tr.nets[f"adv{player}"]
+        value = tr.value_net if getattr(tr.cfg.traversal, "value_cutoff", 0.0) > 0 else None
         try:
-            self.client.push_weights(player, net.to("cpu"), tr.versions[player])
+            served = net.to("cpu") if value is None else AdvantageValue(net.to("cpu"), value.to("cpu"))
+            self.client.push_weights(player, served, tr.versions[player])
         finally:
             net.to(tr.device)
+            if value is not None:
+                value.to(tr.device)
 
     def _push_all(self):
         self._call_generation = self.generation

@@ -39,7 +39,10 @@ def teacher_name(tr):
 
 def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
     """Self-play of the deals `seeds`: ({player: (info uint8 [n, T], mask
-    uint8 [n, A], label int64 [n])}, games finished). A game's exploration
+    uint8 [n, A], label int64 [n], outcome float32 [n], game int64 [n])},
+    games finished): a row's outcome is its game's final return for the
+    player to move (state.returns()[p], raw points), its game the deal
+    seed. A game's exploration
     draws are seeded by its deal, the teacher's by what it sees at each
     decision (SearchPlayer.decision_rng), so any split of the deals over
     processes gives the same rows. deadline: a time.time() after which no
@@ -54,6 +57,7 @@ def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
         teacher = SearchPlayer(game, worlds=worlds)
     T, A = game.information_state_tensor_size(), game.num_distinct_actions()
     info, mask, act = {0: [], 1: []}, {0: [], 1: []}, {0: [], 1: []}
+    outcome, deal = {0: [], 1: []}, {0: [], 1: []}
     finished = 0
     for seed in seeds:
         if deadline is not None and time.time() >= deadline:
@@ -74,11 +78,14 @@ def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
             state.apply_action(a)
         if not state.is_terminal():
             break                       # the budget ran out mid-game: the game is not kept
+        returns = state.returns()
         for p in (0, 1):
             for i, m, a in rows[p]:
                 info[p].append(i)
                 mask[p].append(m)
                 act[p].append(a)
+            outcome[p] += [returns[p]] * len(rows[p])
+            deal[p] += [int(seed)] * len(rows[p])
         finished += 1
         if progress is not None:
             progress(1)
@@ -89,8 +96,12 @@ def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
         u = i.astype(np.uint8)
         if not np.array_equal(u, i):
             raise ValueError("warm start: an info-state entry is not an exact uint8")
-        out[p] = (u, np.asarray(mask[p], dtype=np.uint8).reshape(n, A), np.asarray(act[p], dtype=np.int64))
+        out[p] = (u, np.asarray(mask[p], dtype=np.uint8).reshape(n, A), np.asarray(act[p], dtype=np.int64),
+                  np.asarray(outcome[p], dtype=np.float32), np.asarray(deal[p], dtype=np.int64))
     return out, finished
+
+
+_COLUMNS = ("info", "mask", "act", "outcome", "game")      # of _play's rows, in its order
 
 
 def _play_chunk(args):
@@ -107,21 +118,21 @@ def _read_cache(path, meta):
                 return None
             deals = ([int(d) for d in z["deals"]] if "deals" in z.files
                      else list(range(meta["seed"], meta["seed"] + meta["games"])))
-            return [{p: (z[f"info{p}"], z[f"mask{p}"], z[f"act{p}"]) for p in (0, 1)}], deals
+            return [{p: tuple(z[f"{name}{p}"] for name in _COLUMNS) for p in (0, 1)}], deals
     except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
         return None
 
 
 def _write_cache(path, meta, parts, deals):
-    """Save the labelled decisions (not the targets, which follow from them)
-    and the deals of their games, durably (trainer.checkpoint.write_durably):
+    """Save the labelled decisions (not the targets, which follow from them),
+    their games' outcomes and deals, and the deals of the games, durably (trainer.checkpoint.write_durably):
     a crash mid-write leaves no half file under `path`, and a failed write
     raises CheckpointWriteError."""
     import json
     from trainer.checkpoint import write_durably
     arrays = {"meta": np.array(json.dumps(meta)), "deals": np.asarray(deals, dtype=np.int64)}
     for p in (0, 1):
-        for i, name in enumerate(("info", "mask", "act")):
+        for i, name in enumerate(_COLUMNS):
             arrays[f"{name}{p}"] = np.concatenate([part[p][i] for part in parts])
     write_durably(path, lambda f: np.savez_compressed(f, **arrays))
 
@@ -187,7 +198,11 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     same whatever the process count; how many games fit is the machine's.
     stats: a dict that gets "games" (games labelled), "deals" (their deal
     seeds, in the rows' order), "seconds" (to label or read them back), "budget_hit" (the budget stopped
-    the labelling) and "cached" (read back)."""
+    the labelling) and "cached" (read back).
+
+    The advantage rows also carry, for the value net (trainer.value), the
+    outcome (float32: the row's game's final return for its player, raw
+    points) and game (int64: the game's deal seed) of every row."""
     import math
     import time
     if not hasattr(game, "heuristic_action"):
@@ -202,9 +217,10 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     seeds = list(range(seed, seed + games))
     params = dict(game.params)
     # format 2: the lookahead's worlds come from a stream per decision (SearchPlayer.decision_rng);
-    # format 1's came from one stream per game, so its rows are not what this code plays
+    # format 1's came from one stream per game, so its rows are not what this code plays.
+    # format 3: rows also carry their game's outcome and deal (the value net's targets)
     meta = {"game": game.name, "params": params, "games": int(games), "seed": int(seed),
-            "worlds": int(worlds), "explore": float(explore), "format": 2}
+            "worlds": int(worlds), "explore": float(explore), "format": 3}
     if budget_s > 0:
         meta["budget_s"] = float(budget_s)      # the games a budget let through are a run's own
     deadline = time.time() + budget_s if budget_s > 0 else None
@@ -235,12 +251,14 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
         info = np.concatenate([part[p][0] for part in parts])
         m = np.concatenate([part[p][1] for part in parts])
         act = np.concatenate([part[p][2] for part in parts])
+        outcome = np.concatenate([part[p][3] for part in parts])
+        deal = np.concatenate([part[p][4] for part in parts])
         n = len(act)
         onehot = np.zeros((n, m.shape[1]), np.float32)
         onehot[np.arange(n), act] = 1.0
         target = np.where(m > 0, np.where(onehot > 0, advantage, -advantage), 0.0).astype(np.float32)
         rows = {"info": info, "mask": m, "weight": np.ones(n, np.float32)}
-        adv[p] = {**rows, "target": target}
+        adv[p] = {**rows, "target": target, "outcome": outcome, "game": deal}
         strat.append({**rows, "target": onehot})
     strategy = {k: np.concatenate([s[k] for s in strat]) for k in strat[0]}
     return adv, strategy
@@ -278,7 +296,7 @@ class PriorMix:
         return {name: np.concatenate([part[name], own[name]]) for name in ("info", "target", "mask", "weight")}
 
 
-def save_prior(run_dir, cfg, nets):
+def save_prior(run_dir, cfg, nets, value=None):
     """Keep the nets at the end of the warm start as the run's prior,
     RUN_DIR/checkpoints/prior.pt (agents.checkpoint.prior_checkpoint): a
     checkpoint of iteration 0 with the config, the nets and their spec (no
@@ -286,7 +304,8 @@ def save_prior(run_dir, cfg, nets):
     agents.evaluate reads as the `prior` opponent or baseline. Written
     durably (trainer.checkpoint.write_durably) once, when the
     warm start pretrains; `latest` is left alone, and a resumed run keeps the
-    file as it is. Returns its path."""
+    file as it is. value: the value net (trainer/value.py), if the run has
+    one, kept under "value_net" with its "value_spec". Returns its path."""
     import torch
 
     from agents.checkpoint import FORMAT, prior_checkpoint
@@ -298,5 +317,8 @@ def save_prior(run_dir, cfg, nets):
                "nets": {k: {n: v.detach().cpu().clone() for n, v in net.state_dict().items()}
                         for k, net in nets.items()},
                "net_spec": nets["strategy"].spec()}
+    if value is not None:
+        payload["value_net"] = {n: v.detach().cpu().clone() for n, v in value.state_dict().items()}
+        payload["value_spec"] = value.spec()
     write_durably(path, lambda f: torch.save(payload, f))
     return path
