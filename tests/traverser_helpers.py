@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import engine  # noqa: E402
-from batcher.networks import MLP, net_for_game  # noqa: E402
+from batcher.networks import MLP, AdvantageValue, net_for_game  # noqa: E402
 from traverser.config import TraverserConfig  # noqa: E402
 from traverser.local import LocalEvaluator, run_local, sort_samples  # noqa: E402
 from traverser.reference import ReferenceTraverser  # noqa: E402
@@ -125,30 +125,12 @@ def assert_same_samples(a, b, exact_targets=False, what=""):
         np.testing.assert_allclose(a["target"], b["target"], rtol=RTOL, atol=ATOL, err_msg=f"{what}: target")
 
 
-class AdvantageValueNet(torch.nn.Module):
-    """cat([adv(x), value(x)]): num_actions advantages, then the value, in one
-    forward (the layout of batcher.networks.AdvantageValue; defined here until
-    that module is on main)."""
-
-    def __init__(self, adv, value):
-        super().__init__()
-        self.adv = adv
-        self.value = value
-
-    def forward(self, x):
-        return torch.cat([self.adv(x), self.value(x)], dim=1)
-
-    def spec(self):
-        return {"input_size": self.adv.input_size, "num_actions": self.adv.num_actions + 1,
-                "hidden": list(self.adv.hidden), "value_hidden": list(self.value.hidden)}
-
-
 def value_net_for_game(game, hidden=HIDDEN, seed=0):
-    """A seeded AdvantageValueNet for `game`: its value depends on the input."""
+    """A seeded batcher.networks.AdvantageValue for `game`: its value depends on the input."""
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     adv = MLP(game.information_state_tensor_size(), game.num_distinct_actions(), hidden,
               input_scale=game.input_scale())
     value = MLP(game.information_state_tensor_size(), 1, hidden, input_scale=game.input_scale())
     torch.random.set_rng_state(gen_state)
-    return AdvantageValueNet(adv, value)
+    return AdvantageValue(adv, value)

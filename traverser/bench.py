@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 import engine
-from batcher.networks import MLP, net_for_game
+from batcher.networks import MLP, AdvantageValue, net_for_game
 from traverser.config import TraverserConfig
 from traverser.local import LocalEvaluator, run_local
 from traverser.reference import ReferenceTraverser
@@ -99,21 +99,6 @@ LC_CPU_TRAVERSAL = dict(algorithm="external", max_depth=4, prefix_max=90, rollou
                         rollout_policy="game", value_scale=0.01, strategy_interval=1, fallback="argmax")
 
 
-def _advantage_value(adv, value):
-    """adv and value in one module answering cat([adv(x), value(x)])."""
-    try:
-        from batcher.networks import AdvantageValue
-    except ImportError:          # until the batcher's AdvantageValue is merged: the same layout
-        class AdvantageValue(torch.nn.Module):
-            def __init__(self, adv, value):
-                super().__init__()
-                self.adv, self.value = adv, value
-
-            def forward(self, x):
-                return torch.cat([self.adv(x), self.value(x)], dim=1)
-    return AdvantageValue(adv, value)
-
-
 class _TimedEvaluator(LocalEvaluator):
     """The local evaluator, with the wall time of its calls summed."""
 
@@ -138,7 +123,7 @@ def bench_cutoffs(rounds=3, traversals=4096, machines=512, hidden=(256, 256)):
     modes = {
         "playout": (TraverserConfig(**LC_CPU_TRAVERSAL), advs),
         "value": (TraverserConfig(**LC_CPU_TRAVERSAL, value_cutoff=1.0),
-                  {p: _advantage_value(advs[p], value) for p in (0, 1)}),
+                  {p: AdvantageValue(advs[p], value) for p in (0, 1)}),
     }
     runs = {m: [] for m in modes}
     ids = np.arange(traversals)
