@@ -95,26 +95,28 @@ def _hand_score(expedition, params):
 
 def test_value_targets_are_each_games_outcome_for_the_row_player():
     import engine
-    from trainer.value import value_rows
+    from trainer.value import MOVER, OBSERVER, value_rows
     from trainer.warmstart import heuristic_rows
     game = engine.load_game("lost_cities", **SMALL)
     deals, scale = [21, 22, 23, 24], 0.01
     adv, _ = heuristic_rows(game, len(deals), seed=deals[0], advantage=0.05)
     want = {0: [], 1: []}            # (info, outcome, deal) of each player's decisions, in order
+    watch = {0: [], 1: []}           # the same of each player's view at the other's decisions
     outcomes = []
     for deal in deals:
         state = game.new_initial_state(seed=deal)
         seen = []
         while not state.is_terminal():
             p = state.current_player()
-            seen.append((p, state.information_state_tensor(p)))
+            seen.append((p, state.information_state_tensor(p), state.information_state_tensor(1 - p)))
             state.apply_action(game.heuristic_action(state))
         d = state.to_dict()
         score = [sum(_hand_score(e, game.params) for e in d["expeditions"][p]) for p in (0, 1)]
         outcome = {0: score[0] - score[1], 1: score[1] - score[0]}
         outcomes.append(outcome[0])
-        for p, info in seen:
+        for p, info, other in seen:
             want[p].append((info, outcome[p], deal))
+            watch[1 - p].append((other, outcome[1 - p], deal))
     assert len(set(outcomes)) > 1           # the games differ: a row's target is its own game's
     for p in (0, 1):
         rows = adv[p]
@@ -123,14 +125,71 @@ def test_value_targets_are_each_games_outcome_for_the_row_player():
         np.testing.assert_array_equal(rows["outcome"], np.asarray([w[1] for w in want[p]], np.float32))
         np.testing.assert_array_equal(rows["game"], [w[2] for w in want[p]])
     v = value_rows(adv, scale)
-    n = len(want[0]) + len(want[1])
+    # per player: its decisions (MOVER), then its views at the other's decisions (OBSERVER)
+    order = [(w, MOVER) for w in want[0]] + [(w, OBSERVER) for w in watch[0]] + \
+            [(w, MOVER) for w in want[1]] + [(w, OBSERVER) for w in watch[1]]
+    n = len(order)
+    assert n == 2 * (len(want[0]) + len(want[1]))
     assert v["target"].shape == (n, 1) and v["target"].dtype == np.float32 and v["mask"].shape == (n, 1)
-    expected = np.asarray([w[1] * scale for p in (0, 1) for w in want[p]], np.float32)
-    np.testing.assert_allclose(v["target"][:, 0], expected, rtol=1e-6)
-    np.testing.assert_array_equal(v["game"], [w[2] for p in (0, 1) for w in want[p]])
-    np.testing.assert_array_equal(v["info"], np.concatenate([adv[0]["info"], adv[1]["info"]]))
+    np.testing.assert_allclose(v["target"][:, 0], np.asarray([w[1] * scale for w, _ in order], np.float32),
+                               rtol=1e-6)
+    np.testing.assert_array_equal(v["game"], [w[2] for w, _ in order])
+    np.testing.assert_array_equal(v["kind"], [k for _, k in order])
+    np.testing.assert_array_equal(v["info"], np.asarray([w[0] for w, _ in order], np.float32))
     with pytest.raises(ValueError, match="outcome and game"):
         value_rows({k: v for k, v in adv[0].items() if k != "outcome"}, scale)
+
+
+def test_search_value_rows_are_the_lookaheads_values_of_the_move_and_two_others():
+    import engine
+    from agents.searcher import SearchPlayer
+    from trainer.value import MOVER, OBSERVER, SEARCH, value_rows
+    from trainer.warmstart import SEARCH_OTHERS, heuristic_rows
+    game = engine.load_game("lost_cities", **SMALL)
+    scale, worlds = 0.01, 4
+    adv, _ = heuristic_rows(game, 1, seed=31, advantage=0.05, worlds=worlds)
+    teacher = SearchPlayer(game, worlds=worlds)
+    deck = game.num_distinct_actions() - game.params["colours"] - 1
+    state = game.new_initial_state(seed=31)
+    want = {0: [], 1: []}          # per player: {info after a candidate (bytes): the search's mean}
+    chosen = {0: [], 1: []}
+    while not state.is_terminal():
+        p = state.current_player()
+        teacher.last_values = None
+        a = teacher.step(state)
+        if teacher.last_values is None:         # a forced move: not searched
+            state.apply_action(a)
+            continue
+        cands, means, seen = teacher.last_values
+        options = {}
+        for c, m, k in zip(cands, means, seen):
+            if k > 0 and c != deck:
+                state.apply_action(c)
+                options[state.information_state_tensor(p).astype(np.uint8).tobytes()] = m
+                if c == a:
+                    chosen[p].append(state.information_state_tensor(p).astype(np.uint8).tobytes())
+                state.undo_action()
+        want[p].append(options)
+        state.apply_action(a)           # the teacher's moves, no exploration: the same game as the warm start's
+    v = value_rows(adv, scale)
+    assert set(np.unique(v["kind"])) == {MOVER, OBSERVER, SEARCH}
+    no_search = value_rows(adv, scale, search=False)
+    assert SEARCH not in set(no_search["kind"]) and len(no_search["kind"]) == (v["kind"] != SEARCH).sum()
+    for p in (0, 1):
+        rows = adv[p]
+        mine = rows["value_kind"] == 1                      # trainer.warmstart.SEARCH
+        info, points = rows["value_info"][mine], rows["value_points"][mine]
+        # every row is a candidate the search weighed, valued by its mean; each decision adds its choice
+        # and at most SEARCH_OTHERS others
+        pool = {}
+        for options in want[p]:
+            pool.update(options)
+        for i, x in zip(info, points):
+            assert x == pytest.approx(pool[i.tobytes()], abs=1e-4)
+        got = {i.tobytes() for i in info}
+        assert all(c in got for c in chosen[p])
+        assert len(info) <= sum(min(len(o), 1 + SEARCH_OTHERS) for o in want[p])
+        assert len(info) > len(chosen[p])                   # others too, not only the moves played
 
 
 def test_the_warm_start_cache_keeps_outcomes_and_games_and_ignores_older_formats(tmp_path):
@@ -149,8 +208,8 @@ def test_the_warm_start_cache_keeps_outcomes_and_games_and_ignores_older_formats
     with np.load(cache) as z:
         meta = json.loads(str(z["meta"]))
         arrays = {k: z[k] for k in z.files}
-    assert meta["format"] == 3
-    old = {k: v for k, v in arrays.items() if not k.startswith(("outcome", "game"))}
+    assert meta["format"] == 4
+    old = {k: v for k, v in arrays.items() if not k.startswith(("outcome", "game", "v"))}
     old["meta"] = np.array(json.dumps({**meta, "format": 2}))
     np.savez(cache, **old)
     stats = {}
@@ -252,9 +311,11 @@ def test_a_run_trains_the_value_net_keeps_it_in_its_checkpoints_and_a_resume_res
     for key in ("value_heldout_mse", "value_heldout_mean_mse", "value_heldout_zero_mse"):
         assert m[key] >= 0
     assert m["value_steps"] == 40 and m["value_best_step"] == 40 and m["value_train_s"] > 0
-    # 6 games: one held out, one for validation, the other four's decisions (both players') trained on
+    # 6 games: one held out, one for validation, the other four's decisions trained on, each twice (the
+    # mover's view and the other player's); the heuristic teacher gives no search values
     assert m["value_heldout_games"] == 1 and m["value_val_games"] == 1 and m["value_val_mse"] >= 0
-    assert 0 < m["value_train_rows"] < m["warm_start_decisions"]
+    assert 0 < m["value_train_rows"] < 2 * m["warm_start_decisions"] and m["value_train_rows"] % 2 == 0
+    assert m["value_search_rows"] == 0 and m.get("value_heldout_search_mse") is None
     assert "value net: 40 steps on " in r.stdout and "held-out MSE " in r.stdout and "mean predictor " in r.stdout
     assert f"value held-out MSE {m['value_heldout_mse']:.4g} (mean " in r.stdout      # and in iteration 1's line
     prior = torch.load(prior_checkpoint(run_dir), weights_only=True)
@@ -329,3 +390,21 @@ def test_train_value_keeps_the_weights_of_its_best_validation_check_and_reports_
     with torch.inference_mode():
         pred = net(torch.from_numpy(held["info"].astype(np.float32))).double().numpy()[:, 0]
     assert m["value_heldout_mse"] == pytest.approx(float(((pred - target) ** 2).mean()), rel=1e-6)
+
+
+def test_a_run_with_value_cutoffs_traverses_through_the_batchers_value_column(tmp_path):
+    """The whole service with traversal.value_cutoff 1: the trainer pushes
+    AdvantageValue, the batcher answers A + 1 columns, the worker's cutoffs
+    read the last one, and the phase's samples come back."""
+    root = Path(__file__).resolve().parents[1]
+    run_dir = tmp_path / "run"
+    small = ["train.traversals=40", "train.adv_steps=5", "train.strategy_steps=5", "network.hidden=[16]",
+             "eval.lc_games=2", "run.progress=false", "train.warm_start_games=4", "train.warm_start_steps=3",
+             "train.value_steps=20", "network.value_hidden=[16]", "traversal.value_cutoff=1.0",
+             "train.iterations=1"]
+    r = subprocess.run([sys.executable, "-m", "trainer", "--config", "configs/smoke.yaml", "--run-dir", str(run_dir),
+                        *sum([["--set", s] for s in small], [])], cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert m["samples_adv_0"] > 0 and m["samples_adv_1"] > 0 and m["samples_strat_0"] > 0
+    assert m["dropped_rows"] == 0 and m["requeued_jobs"] == 0 and m["restarts"] == 0

@@ -90,6 +90,8 @@ class TrainSection:
     """SGD steps of the value net on the warm start's games, after the warm start's pretraining (0 = no value net; trainer/value.py). A tenth of the games is held out whole for its error in metrics.jsonl (value_heldout_mse, next to the mean and zero predictors'). traversal.value_cutoff > 0 needs it."""
     value_budget_s: float = 0.0
     """Wall-clock budget of the value net's training, in seconds (0 = none): it stops after value_steps or this, whichever comes first. Its own budget, apart from warm_start_pretrain_budget_s."""
+    value_search_labels: bool = True
+    """The value net also learns the lookahead teacher's values (warm_start_worlds > 0): the player's view after the move chosen and after two other candidates, each labelled with the search's mean final score difference for it, a label of moves the teacher does not play (trainer.warmstart._play). false: the games' outcomes only."""
     warm_start_share: float = 0.0
     """0: the warm-start rows sit in the memories and fade as linear CFR's weights grow. In (0, 1): they stay apart and make up this share of every advantage and strategy batch for the whole run (a lasting prior)."""
 

@@ -25,24 +25,42 @@ import numpy as np
 import torch
 
 
-def value_rows(adv_rows, value_scale):
+MOVER, OBSERVER, SEARCH = 0, 1, 2      # value rows' kinds (value_rows' "kind" column)
+
+
+def value_rows(adv_rows, value_scale, search=True):
     """Value rows of the warm start's advantage rows: `adv_rows` is one
     dict of rows or {player: rows} (trainer.warmstart.heuristic_rows' first
-    result), each with info, outcome, game and weight. Returns one dict of
-    info (uint8 [n, T]), target (float32 [n, 1], outcome * value_scale),
-    mask (uint8 [n, 1], all 1), weight (float32 [n], all 1) and game
-    (int64 [n]), the players' rows one after the other."""
+    result), each with info, outcome, game and weight, and optionally the
+    further value rows (value_info, value_points, value_game, value_kind).
+    Returns one dict of info (uint8 [n, T]), target (float32 [n, 1], points
+    * value_scale), mask (uint8 [n, 1], all 1), weight (float32 [n], all
+    1), game (int64 [n]) and kind (int8 [n]): MOVER, a decision's row with
+    its game's outcome for the player to move; OBSERVER, the other player's
+    view at that decision with its own outcome; SEARCH, the mover's view
+    after a candidate move with the lookahead's mean value of it (dropped
+    with search=False)."""
     parts = [adv_rows] if "info" in adv_rows else [adv_rows[p] for p in sorted(adv_rows)]
+    info, points, game, kind = [], [], [], []
     for part in parts:
         missing = {"info", "outcome", "game"} - set(part)
         if missing:
             raise ValueError(f"value rows need the warm start's outcome and game columns; missing {sorted(missing)}")
-    info = np.concatenate([np.asarray(p["info"]) for p in parts])
-    outcome = np.concatenate([np.asarray(p["outcome"], np.float64) for p in parts])
-    game = np.concatenate([np.asarray(p["game"], np.int64) for p in parts])
-    n = len(outcome)
-    return {"info": info, "target": (outcome * float(value_scale)).astype(np.float32).reshape(n, 1),
-            "mask": np.ones((n, 1), np.uint8), "weight": np.ones(n, np.float32), "game": game}
+        info.append(np.asarray(part["info"]))
+        points.append(np.asarray(part["outcome"], np.float64))
+        game.append(np.asarray(part["game"], np.int64))
+        kind.append(np.full(len(points[-1]), MOVER, np.int8))
+        if "value_info" in part:
+            k = np.asarray(part["value_kind"], np.int8) + 1         # trainer.warmstart's OBSERVER 0, SEARCH 1
+            keep = np.ones(len(k), bool) if search else k != SEARCH
+            info.append(np.asarray(part["value_info"])[keep])
+            points.append(np.asarray(part["value_points"], np.float64)[keep])
+            game.append(np.asarray(part["value_game"], np.int64)[keep])
+            kind.append(k[keep])
+    info, points, game, kind = (np.concatenate(x) for x in (info, points, game, kind))
+    n = len(points)
+    return {"info": info, "target": (points * float(value_scale)).astype(np.float32).reshape(n, 1),
+            "mask": np.ones((n, 1), np.uint8), "weight": np.ones(n, np.float32), "game": game, "kind": kind}
 
 
 def split_by_game(rows, share, seed):
@@ -118,7 +136,7 @@ PATIENCE = 5                # checks without a better validation error before th
 
 
 def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device, rng, seed, grad_clip=1.0,
-                augment=None, budget_s=0.0, progress=None, held_out_share=HELD_OUT_SHARE):
+                augment=None, budget_s=0.0, progress=None, held_out_share=HELD_OUT_SHARE, search=True):
     """Train the value net `net` on the warm start's games (trainer.warmstart's
     advantage rows `adv_rows`) and return its metrics.
 
@@ -143,7 +161,7 @@ def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device
     from trainer.learn import train_net
     t0 = time.monotonic()
     deadline = t0 + budget_s if budget_s > 0 else None
-    rest, held = split_by_game(value_rows(adv_rows, value_scale), held_out_share, seed)
+    rest, held = split_by_game(value_rows(adv_rows, value_scale, search), held_out_share, seed)
     train, val = split_by_game(rest, VALIDATION_SHARE, seed + 1)
     if len(train["weight"]) == 0:
         raise ValueError("the value net has no training rows: the warm start labelled no game")
@@ -169,15 +187,35 @@ def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device
                 break
     if best[1] is not None:
         net.load_state_dict(best[1])
-    out = value_errors(net, held, mean, device)
-    fit = value_errors(net, train, mean, device)
+    # the held-out error of the games' outcomes (MOVER and OBSERVER rows) against the outcome rows' mean,
+    # and apart from it that of the search's values against theirs
+    outcome_train, outcome_held = _kinds(train, (MOVER, OBSERVER)), _kinds(held, (MOVER, OBSERVER))
+    searched = None
+    outcome_mean = _mean(outcome_train, mean)
+    out = value_errors(net, outcome_held, outcome_mean, device)
+    fit = value_errors(net, outcome_train, outcome_mean, device)
+    search_held = _kinds(held, (SEARCH,))
+    if len(search_held["weight"]):
+        searched = value_errors(net, search_held, _mean(_kinds(train, (SEARCH,)), mean), device)
     return {"value_heldout_mse": out["mse"], "value_heldout_mean_mse": out["mean_mse"],
             "value_heldout_zero_mse": out["zero_mse"], "value_train_mse": fit["mse"],
+            "value_heldout_search_mse": None if searched is None else searched["mse"],
+            "value_heldout_search_mean_mse": None if searched is None else searched["mean_mse"],
+            "value_search_rows": int((train["kind"] == SEARCH).sum()),
             "value_val_mse": best[0] if best[1] is not None else None,
             "value_train_rows": len(train["weight"]), "value_heldout_rows": len(held["weight"]),
             "value_heldout_games": len(np.unique(held["game"])), "value_val_games": len(np.unique(val["game"])),
             "value_steps": taken, "value_best_step": best[2] if best[1] is not None else taken,
             "value_train_s": time.monotonic() - t0, "value_loss": loss}
+
+
+def _kinds(rows, kinds):
+    keep = np.isin(rows["kind"], kinds)
+    return {k: v[keep] for k, v in rows.items()}
+
+
+def _mean(rows, default):
+    return float(np.average(rows["target"][:, 0], weights=rows["weight"])) if len(rows["weight"]) else default
 
 
 def value_line(m):
@@ -192,4 +230,7 @@ def value_line(m):
     base = min((x for x in (m["value_heldout_mean_mse"], m["value_heldout_zero_mse"]) if x), default=None)
     if base and m["value_heldout_mse"] is not None:
         line += f", {100 * (1 - m['value_heldout_mse'] / base):+.1f}% better than the better of the two"
+    if m.get("value_heldout_search_mse") is not None:
+        line += (f"; the search's values of held-out games: MSE {f(m['value_heldout_search_mse'])} "
+                 f"(mean predictor {f(m['value_heldout_search_mean_mse'])})")
     return line

@@ -39,10 +39,18 @@ def teacher_name(tr):
 
 def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
     """Self-play of the deals `seeds`: ({player: (info uint8 [n, T], mask
-    uint8 [n, A], label int64 [n], outcome float32 [n], game int64 [n])},
-    games finished): a row's outcome is its game's final return for the
-    player to move (state.returns()[p], raw points), its game the deal
-    seed. A game's exploration
+    uint8 [n, A], label int64 [n], outcome float32 [n], game int64 [n],
+    value info uint8 [m, T], value points float32 [m], value game int64
+    [m], value kind int8 [m])}, games finished): a row's outcome is its
+    game's final return for the player to move (state.returns()[p], raw
+    points), its game the deal seed. The value columns are the value net's
+    further rows of that player (trainer/value.py): kind OBSERVER, its view
+    at the other player's decisions, with its own final return; kind SEARCH
+    (a lookahead teacher only), its view after the move chosen and after
+    SEARCH_OTHERS other candidates drawn at random, with the search's mean
+    final score difference for that candidate (the candidate's value under
+    heuristic play, a label of every move the search weighed, not only of
+    those the teacher plays). A game's exploration
     draws are seeded by its deal, the teacher's by what it sees at each
     decision (SearchPlayer.decision_rng), so any split of the deals over
     processes gives the same rows. deadline: a time.time() after which no
@@ -56,23 +64,32 @@ def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
         from agents.searcher import SearchPlayer
         teacher = SearchPlayer(game, worlds=worlds)
     T, A = game.information_state_tensor_size(), game.num_distinct_actions()
+    unseen = _unseen_outcome_actions(game)
     info, mask, act = {0: [], 1: []}, {0: [], 1: []}, {0: [], 1: []}
     outcome, deal = {0: [], 1: []}, {0: [], 1: []}
+    vinfo, vpoints, vgame, vkind = {0: [], 1: []}, {0: [], 1: []}, {0: [], 1: []}, {0: [], 1: []}
     finished = 0
     for seed in seeds:
         if deadline is not None and time.time() >= deadline:
             break
         key = int(seed) & 0xFFFFFFFFFFFF
         rng = np.random.default_rng([key, 0x7EAC])
+        pick = np.random.default_rng([key, 0x5EA1])        # which candidates' values become rows
         state = game.new_initial_state(seed=seed)
         rows = {0: [], 1: []}
+        vrows = {0: [], 1: []}          # (info, search value or None for the game's outcome, kind)
         while not state.is_terminal():
             if deadline is not None and time.time() >= deadline:
                 break
             p = state.current_player()
             m = state.legal_actions_mask()
+            if teacher is not None:
+                teacher.last_values = None          # a forced move is not searched: no values of its own
             a = game.heuristic_action(state) if teacher is None else teacher.step(state)
             rows[p].append((state.information_state_tensor(p), m, a))
+            vrows[1 - p].append((state.information_state_tensor(1 - p), None, OBSERVER))
+            if teacher is not None and teacher.last_values is not None:
+                _search_value_rows(state, p, a, teacher.last_values, unseen, pick, vrows[p])
             if explore > 0 and rng.random() < explore:
                 a = int(rng.choice(np.flatnonzero(m)))
             state.apply_action(a)
@@ -86,22 +103,66 @@ def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
                 act[p].append(a)
             outcome[p] += [returns[p]] * len(rows[p])
             deal[p] += [int(seed)] * len(rows[p])
+            for i, v, kind in vrows[p]:
+                vinfo[p].append(i)
+                vpoints[p].append(returns[p] if v is None else v)
+                vkind[p].append(kind)
+            vgame[p] += [int(seed)] * len(vrows[p])
         finished += 1
         if progress is not None:
             progress(1)
     out = {}
     for p in (0, 1):
-        n = len(act[p])
-        i = np.asarray(info[p], dtype=np.float32).reshape(n, T)
-        u = i.astype(np.uint8)
-        if not np.array_equal(u, i):
-            raise ValueError("warm start: an info-state entry is not an exact uint8")
-        out[p] = (u, np.asarray(mask[p], dtype=np.uint8).reshape(n, A), np.asarray(act[p], dtype=np.int64),
-                  np.asarray(outcome[p], dtype=np.float32), np.asarray(deal[p], dtype=np.int64))
+        n, k = len(act[p]), len(vpoints[p])
+        out[p] = (_exact_u8(info[p], n, T), np.asarray(mask[p], dtype=np.uint8).reshape(n, A),
+                  np.asarray(act[p], dtype=np.int64), np.asarray(outcome[p], dtype=np.float32),
+                  np.asarray(deal[p], dtype=np.int64), _exact_u8(vinfo[p], k, T),
+                  np.asarray(vpoints[p], dtype=np.float32), np.asarray(vgame[p], dtype=np.int64),
+                  np.asarray(vkind[p], dtype=np.int8))
     return out, finished
 
 
-_COLUMNS = ("info", "mask", "act", "outcome", "game")      # of _play's rows, in its order
+OBSERVER, SEARCH = 0, 1     # kinds of the further value rows (_play)
+SEARCH_OTHERS = 2           # candidates besides the move chosen whose search values become value rows
+
+
+def _exact_u8(rows, n, T):
+    i = np.asarray(rows, dtype=np.float32).reshape(n, T)
+    u = i.astype(np.uint8)
+    if not np.array_equal(u, i):
+        raise ValueError("warm start: an info-state entry is not an exact uint8")
+    return u
+
+
+def _unseen_outcome_actions(game):
+    """Actions whose result the player cannot know before taking them (Lost
+    Cities: the draw from the deck, whose card the search's worlds vary):
+    the view after one is no label for the search's mean over its worlds."""
+    if game.name == "lost_cities":
+        return {game.num_distinct_actions() - int(game.params["colours"]) - 1}
+    return set()
+
+
+def _search_value_rows(state, p, chosen, last_values, unseen, pick, out):
+    """Append to `out` (info, value, SEARCH) for the move `chosen` and up to
+    SEARCH_OTHERS other candidates drawn by `pick`: p's view after the
+    candidate (applied and undone in `state`), valued by the search's mean
+    final score difference over the worlds it played it in."""
+    cands, means, seen = last_values
+    ok = [j for j, c in enumerate(cands) if seen[j] > 0 and np.isfinite(means[j]) and c not in unseen]
+    if not ok:
+        return
+    first = [j for j in ok if cands[j] == chosen]
+    others = [j for j in ok if cands[j] != chosen]
+    if len(others) > SEARCH_OTHERS:
+        others = [others[j] for j in sorted(pick.choice(len(others), SEARCH_OTHERS, replace=False))]
+    for j in first + others:
+        state.apply_action(cands[j])
+        out.append((state.information_state_tensor(p), float(means[j]), SEARCH))
+        state.undo_action()
+
+
+_COLUMNS = ("info", "mask", "act", "outcome", "game", "vinfo", "vpoints", "vgame", "vkind")   # _play's, in order
 
 
 def _play_chunk(args):
@@ -202,7 +263,10 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
 
     The advantage rows also carry, for the value net (trainer.value), the
     outcome (float32: the row's game's final return for its player, raw
-    points) and game (int64: the game's deal seed) of every row."""
+    points) and game (int64: the game's deal seed) of every row, and the
+    player's further value rows (see _play), in columns of their own length:
+    value_info (uint8), value_points (float32, raw points), value_game
+    (int64) and value_kind (int8: OBSERVER or SEARCH)."""
     import math
     import time
     if not hasattr(game, "heuristic_action"):
@@ -218,9 +282,10 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     params = dict(game.params)
     # format 2: the lookahead's worlds come from a stream per decision (SearchPlayer.decision_rng);
     # format 1's came from one stream per game, so its rows are not what this code plays.
-    # format 3: rows also carry their game's outcome and deal (the value net's targets)
+    # format 3: rows also carry their game's outcome and deal (the value net's targets);
+    # format 4: and the further value rows (the observer's view, the search's values)
     meta = {"game": game.name, "params": params, "games": int(games), "seed": int(seed),
-            "worlds": int(worlds), "explore": float(explore), "format": 3}
+            "worlds": int(worlds), "explore": float(explore), "format": 4}
     if budget_s > 0:
         meta["budget_s"] = float(budget_s)      # the games a budget let through are a run's own
     deadline = time.time() + budget_s if budget_s > 0 else None
@@ -253,12 +318,15 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
         act = np.concatenate([part[p][2] for part in parts])
         outcome = np.concatenate([part[p][3] for part in parts])
         deal = np.concatenate([part[p][4] for part in parts])
+        value = {name: np.concatenate([part[p][i] for part in parts]) for i, name in
+                 ((5, "info"), (6, "points"), (7, "game"), (8, "kind"))}
         n = len(act)
         onehot = np.zeros((n, m.shape[1]), np.float32)
         onehot[np.arange(n), act] = 1.0
         target = np.where(m > 0, np.where(onehot > 0, advantage, -advantage), 0.0).astype(np.float32)
         rows = {"info": info, "mask": m, "weight": np.ones(n, np.float32)}
-        adv[p] = {**rows, "target": target, "outcome": outcome, "game": deal}
+        adv[p] = {**rows, "target": target, "outcome": outcome, "game": deal,
+                  **{"value_" + name: v for name, v in value.items()}}
         strat.append({**rows, "target": onehot})
     strategy = {k: np.concatenate([s[k] for s in strat]) for k in strat[0]}
     return adv, strategy
