@@ -396,6 +396,8 @@ def test_a_run_with_value_cutoffs_traverses_through_the_batchers_value_column(tm
     """The whole service with traversal.value_cutoff 1: the trainer pushes
     AdvantageValue, the batcher answers A + 1 columns, the worker's cutoffs
     read the last one, and the phase's samples come back."""
+    import json
+    import subprocess
     root = Path(__file__).resolve().parents[1]
     run_dir = tmp_path / "run"
     small = ["train.traversals=40", "train.adv_steps=5", "train.strategy_steps=5", "network.hidden=[16]",
