@@ -1,7 +1,9 @@
-"""How well the value net predicts the outcome of Lost Cities games it has not seen.
+"""How well the value net predicts the outcome of Lost Cities games it has
+not seen, and what it is worth as a search's leaf value.
 `python -m benchmarks.lc_value [--games 300] [--worlds 64] [--explore 0.1] [--seed 1] [--procs 2]
-                               [--steps 2000 ...] [--hidden 256,256 ...] [--batch 512] [--lr 1e-3]
-                               [--no-augment] [--cache PATH] [--json]`
+                               [--steps 2000 ...] [--hidden 256,256 ...] [--labels outcome search]
+                               [--lookahead-games 200] [--lookahead-worlds 16]
+                               [--batch 512] [--lr 1e-3] [--no-augment] [--cache PATH] [--json]`
 
 Plays the warm start's self-play games (trainer.warmstart.heuristic_rows:
 the game of configs/lost_cities_cpu.yaml, the lookahead teacher over
@@ -11,6 +13,14 @@ the game of configs/lost_cities_cpu.yaml, the lookahead teacher over
 error on validation games), a tenth of the games held out whole, and prints its
 held-out squared error next to the mean predictor's (the training rows' mean
 target) and the zero predictor's, in traversal value units (points * 0.01).
+--labels: "outcome" trains on the games' outcomes only (each decision's
+player and the other player's view, each with its own final return);
+"search" also on the lookahead teacher's values of the move chosen and two
+other candidates (train.value_search_labels); one net per choice. Each
+net's held-out error of the search values is printed too.
+--lookahead-games N: each net also plays N duplicate games against
+HeuristicBot as the leaf value of a one-turn lookahead over
+--lookahead-worlds worlds (agents.valuesearch.ValueLookahead).
 --cache keeps the labelled games in a file, so that further nets need not
 play them again. The same seed gives the same games and split.
 """
@@ -24,8 +34,11 @@ VALUE_SCALE = 0.01                            # and its traversal.value_scale
 
 
 def measure(games=300, worlds=64, explore=0.1, seed=1, procs=1, steps=(2000,), hidden=((256, 256),), batch=512,
-            lr=1e-3, augment=True, cache=None, progress=None):
-    """(label stats, one dict of trainer.value.train_value's metrics per steps x hidden)."""
+            lr=1e-3, augment=True, cache=None, progress=None, labels=("search",), lookahead_games=0,
+            lookahead_worlds=16):
+    """(label stats, one dict of trainer.value.train_value's metrics per
+    labels x steps x hidden, with the lookahead's match against HeuristicBot
+    under "lookahead" when lookahead_games > 0)."""
     import numpy as np
     import torch
 
@@ -40,17 +53,25 @@ def measure(games=300, worlds=64, explore=0.1, seed=1, procs=1, steps=(2000,), h
     adv, _ = heuristic_rows(game, games, seed=(seed + 1) * 1000003, advantage=0.2, worlds=worlds, explore=explore,
                             procs=procs, cache=cache, stats=stats)
     out = []
-    for h in hidden:
-        for n in steps:
-            torch.manual_seed(seed)
-            net = MLP(game.information_state_tensor_size(), 1, h, input_scale=game.input_scale())
-            opt = torch.optim.Adam(net.parameters(), lr=lr)
-            m = train_value(net, opt, adv, VALUE_SCALE, n, batch, "cpu", np.random.default_rng(seed), seed=seed,
-                            augment=ColourAugment(game) if augment else None)
-            m["value_hidden"], m["value_steps_max"] = list(h), n
-            out.append(m)
-            if progress is not None:
-                progress(m)
+    for label in labels:
+        for h in hidden:
+            for n in steps:
+                torch.manual_seed(seed)
+                net = MLP(game.information_state_tensor_size(), 1, h, input_scale=game.input_scale())
+                opt = torch.optim.Adam(net.parameters(), lr=lr)
+                m = train_value(net, opt, adv, VALUE_SCALE, n, batch, "cpu", np.random.default_rng(seed), seed=seed,
+                                augment=ColourAugment(game) if augment else None, search=label == "search")
+                m["value_hidden"], m["value_steps_max"], m["labels"] = list(h), n, label
+                if lookahead_games > 0:
+                    from agents.matches import duplicate_match
+                    from agents.valuesearch import ValueLookahead
+                    t0 = time.monotonic()
+                    player = ValueLookahead(game, net, worlds=lookahead_worlds, seed=seed, value_scale=VALUE_SCALE)
+                    m["lookahead"] = duplicate_match(game, player, "heuristic", lookahead_games, seed=7_000_001)
+                    m["lookahead"]["seconds"] = time.monotonic() - t0
+                out.append(m)
+                if progress is not None:
+                    progress(m)
     return stats, out
 
 
@@ -67,6 +88,11 @@ def main(argv=None):
     ap.add_argument("--procs", type=int, default=1, help="processes that play the games")
     ap.add_argument("--steps", type=int, nargs="+", default=[2000])
     ap.add_argument("--hidden", type=_ints, nargs="+", default=[(256, 256)], help="e.g. 256,256")
+    ap.add_argument("--labels", nargs="+", choices=("outcome", "search"), default=["search"],
+                    help="what the value net learns: the outcomes only, or also the search's values")
+    ap.add_argument("--lookahead-games", type=int, default=0,
+                    help="duplicate games of each net as a one-turn lookahead's value against HeuristicBot")
+    ap.add_argument("--lookahead-worlds", type=int, default=16)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--no-augment", action="store_true", help="no colour renaming of the info rows")
@@ -82,15 +108,27 @@ def main(argv=None):
         if args.json:
             return
         base = min(m["value_heldout_mean_mse"], m["value_heldout_zero_mse"])
-        print(f"hidden {m['value_hidden']} steps <= {m['value_steps_max']}: held-out MSE {m['value_heldout_mse']:.5f}, "
-              f"mean predictor {m['value_heldout_mean_mse']:.5f}, zero {m['value_heldout_zero_mse']:.5f} "
-              f"({100 * (1 - m['value_heldout_mse'] / base):+.1f}% below the better); "
-              f"train MSE {m['value_train_mse']:.5f}; kept step {m['value_best_step']} of {m['value_steps']}; "
-              f"{m['value_train_s']:.0f} s", flush=True)
+        line = (f"labels {m['labels']}, hidden {m['value_hidden']} steps <= {m['value_steps_max']}: "
+                f"held-out MSE {m['value_heldout_mse']:.5f}, "
+                f"mean predictor {m['value_heldout_mean_mse']:.5f}, zero {m['value_heldout_zero_mse']:.5f} "
+                f"({100 * (1 - m['value_heldout_mse'] / base):+.1f}% below the better); "
+                f"train MSE {m['value_train_mse']:.5f}; kept step {m['value_best_step']} of {m['value_steps']}; "
+                f"{m['value_train_s']:.0f} s")
+        if m.get("value_heldout_search_mse") is not None:
+            line += (f"\n  the search's values of held-out games: MSE {m['value_heldout_search_mse']:.5f}, "
+                     f"mean predictor {m['value_heldout_search_mean_mse']:.5f}")
+        if "lookahead" in m:
+            r = m["lookahead"]
+            line += (f"\n  as a one-turn lookahead's value against HeuristicBot ({r['games']} games): "
+                     f"{100 * r['win_rate']:.1f}% ({100 * r['win_rate_lo']:.1f}-{100 * r['win_rate_hi']:.1f}%), "
+                     f"{r['margin']:+.1f} ({r['margin_lo']:+.1f}..{r['margin_hi']:+.1f}) points a game, "
+                     f"{r['seconds']:.0f} s")
+        print(line, flush=True)
 
     try:
         stats, rows = measure(args.games, args.worlds, args.explore, args.seed, args.procs, args.steps, args.hidden,
-                              args.batch, args.lr, not args.no_augment, args.cache, show)
+                              args.batch, args.lr, not args.no_augment, args.cache, show, args.labels,
+                              args.lookahead_games, args.lookahead_worlds)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
