@@ -275,7 +275,7 @@ def test_value_cutoffs_need_a_value_net_and_games_to_train_it_on():
     root = Path(__file__).resolve().parents[1]
     cfg = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5"])
     assert cfg.train.value_steps == 5 and cfg.network.value_hidden == [256, 256]
-    cfg.traversal.value_cutoff = 0.5          # traversal.value_cutoff is the traverser's key (TraverserConfig)
+    cfg.traversal.value_cutoff = 0.5
     validate(cfg)
     for change in ({"value_steps": 0}, {"warm_start_games": 0}):
         bad = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5"])
@@ -290,6 +290,13 @@ def test_value_cutoffs_need_a_value_net_and_games_to_train_it_on():
         load_config(root / "configs" / "smoke.yaml", ["network.value_hidden=[0]"])
     with pytest.raises(ConfigError, match="train.value_budget_s"):
         load_config(root / "configs" / "smoke.yaml", ["train.value_budget_s=-1"])
+    for bad in ("1.5", "-0.1"):
+        with pytest.raises(ConfigError, match=r"traversal.value_cutoff: must be a number in \[0, 1\]"):
+            load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
+                                                          f"traversal.value_cutoff={bad}"])
+    ok = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
+                                                       "traversal.value_cutoff=1"])
+    assert ok.traversal.value_cutoff == 1.0
 
 
 # ---------------------------------------------------------------------------

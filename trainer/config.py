@@ -367,7 +367,10 @@ def validate(cfg):
         if getattr(cfg.train, key) > 0 and cfg.train.warm_start_games == 0:
             raise ConfigError(f"config train.{key}: a warm-start budget needs train.warm_start_games > 0 "
                               "(the most games to label)")
-    cutoff = getattr(cfg.traversal, "value_cutoff", 0.0)
+    cutoff = cfg.traversal.value_cutoff
+    if not (isinstance(cutoff, float) and 0.0 <= cutoff <= 1.0):
+        raise ConfigError(f"config traversal.value_cutoff: must be a number in [0, 1] (0: playouts, 1: the value "
+                          f"net, between: their mix), got {cutoff!r}")
     if cutoff > 0 and (cfg.train.value_steps == 0 or cfg.train.warm_start_games == 0):
         raise ConfigError(f"config traversal.value_cutoff: {cutoff:g} values cutoffs with the value net, which "
                           f"needs train.value_steps > 0 (got {cfg.train.value_steps}) and warm-start games to "

@@ -146,7 +146,7 @@ class Supervisor:
         tr = self.trainer
         tr.versions[player] += 1
         net = tr.nets[f"adv{player}"]
-        value = tr.value_net if getattr(tr.cfg.traversal, "value_cutoff", 0.0) > 0 else None
+        value = tr.value_net if tr.cfg.traversal.value_cutoff > 0 else None
         try:
             served = net.to("cpu") if value is None else AdvantageValue(net.to("cpu"), value.to("cpu"))
             self.client.push_weights(player, served, tr.versions[player])
