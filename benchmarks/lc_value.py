@@ -1,7 +1,7 @@
 """How well the value net predicts the outcome of Lost Cities games it has
 not seen, and what it is worth as a search's leaf value.
 `python -m benchmarks.lc_value [--games 300] [--worlds 64] [--explore 0.1] [--seed 1] [--procs 2]
-                               [--steps 2000 ...] [--hidden 256,256 ...] [--labels outcome search]
+                               [--steps 2000 ...] [--hidden 256,256 ...] [--labels outcome both search]
                                [--lookahead-games 200] [--lookahead-worlds 16]
                                [--batch 512] [--lr 1e-3] [--no-augment] [--cache PATH] [--json]`
 
@@ -13,11 +13,11 @@ the game of configs/lost_cities_cpu.yaml, the lookahead teacher over
 error on validation games), a tenth of the games held out whole, and prints its
 held-out squared error next to the mean predictor's (the training rows' mean
 target) and the zero predictor's, in traversal value units (points * 0.01).
---labels: "outcome" trains on the games' outcomes only (each decision's
-player and the other player's view, each with its own final return);
-"search" also on the lookahead teacher's values of the move chosen and two
-other candidates (train.value_search_labels); one net per choice. Each
-net's held-out error of the search values is printed too.
+--labels (train.value_labels): "outcome" trains on the games' outcomes
+(each decision's player and the other player's view, each with its own
+final return), "search" on the lookahead teacher's values of the move
+chosen and two other candidates, "both" on both; one net per choice. Each
+net's held-out errors of both kinds are printed.
 --lookahead-games N: each net also plays N duplicate games against
 HeuristicBot as the leaf value of a one-turn lookahead over
 --lookahead-worlds worlds (agents.valuesearch.ValueLookahead).
@@ -34,7 +34,7 @@ VALUE_SCALE = 0.01                            # and its traversal.value_scale
 
 
 def measure(games=300, worlds=64, explore=0.1, seed=1, procs=1, steps=(2000,), hidden=((256, 256),), batch=512,
-            lr=1e-3, augment=True, cache=None, progress=None, labels=("search",), lookahead_games=0,
+            lr=1e-3, augment=True, cache=None, progress=None, labels=("both",), lookahead_games=0,
             lookahead_worlds=16):
     """(label stats, one dict of trainer.value.train_value's metrics per
     labels x steps x hidden, with the lookahead's match against HeuristicBot
@@ -60,7 +60,7 @@ def measure(games=300, worlds=64, explore=0.1, seed=1, procs=1, steps=(2000,), h
                 net = MLP(game.information_state_tensor_size(), 1, h, input_scale=game.input_scale())
                 opt = torch.optim.Adam(net.parameters(), lr=lr)
                 m = train_value(net, opt, adv, VALUE_SCALE, n, batch, "cpu", np.random.default_rng(seed), seed=seed,
-                                augment=ColourAugment(game) if augment else None, search=label == "search")
+                                augment=ColourAugment(game) if augment else None, labels=label)
                 m["value_hidden"], m["value_steps_max"], m["labels"] = list(h), n, label
                 if lookahead_games > 0:
                     from agents.matches import duplicate_match
@@ -88,8 +88,8 @@ def main(argv=None):
     ap.add_argument("--procs", type=int, default=1, help="processes that play the games")
     ap.add_argument("--steps", type=int, nargs="+", default=[2000])
     ap.add_argument("--hidden", type=_ints, nargs="+", default=[(256, 256)], help="e.g. 256,256")
-    ap.add_argument("--labels", nargs="+", choices=("outcome", "search"), default=["search"],
-                    help="what the value net learns: the outcomes only, or also the search's values")
+    ap.add_argument("--labels", nargs="+", choices=("outcome", "both", "search"), default=["both"],
+                    help="what the value net learns (train.value_labels): the outcomes, the search's values, or both")
     ap.add_argument("--lookahead-games", type=int, default=0,
                     help="duplicate games of each net as a one-turn lookahead's value against HeuristicBot")
     ap.add_argument("--lookahead-worlds", type=int, default=16)

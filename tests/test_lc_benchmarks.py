@@ -91,17 +91,20 @@ def test_ceiling_benchmark_plays_every_oracle_on_the_same_deals(capsys):
 def test_value_benchmark_trains_one_net_per_label_choice_and_plays_each_as_a_lookahead(tmp_path, capsys):
     from benchmarks import lc_value
     cache = tmp_path / "games.npz"
-    args = ["--games", "6", "--worlds", "4", "--steps", "50", "--hidden", "16", "--labels", "outcome", "search",
-            "--lookahead-games", "2", "--lookahead-worlds", "2", "--cache", str(cache), "--json"]
+    args = ["--games", "6", "--worlds", "4", "--steps", "50", "--hidden", "16", "--labels", "outcome", "both",
+            "search", "--lookahead-games", "2", "--lookahead-worlds", "2", "--cache", str(cache), "--json"]
     assert lc_value.main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["games"] == 6 and out["held_out_games"] == 1 and not out["cached"]
-    outcome, search = out["nets"]
-    assert outcome["labels"] == "outcome" and search["labels"] == "search"
-    assert outcome["value_search_rows"] == 0 and search["value_search_rows"] > 0
-    assert outcome["value_train_rows"] < search["value_train_rows"]
-    for net in (outcome, search):
+    outcome, both, search = out["nets"]
+    assert [n["labels"] for n in out["nets"]] == ["outcome", "both", "search"]
+    assert outcome["value_search_rows"] == 0 and both["value_search_rows"] > 0
+    assert search["value_search_rows"] == search["value_train_rows"] == both["value_search_rows"]
+    assert both["value_train_rows"] == outcome["value_train_rows"] + search["value_train_rows"]
+    for net in (outcome, both, search):
+        # the held-out errors of both kinds, whatever the net learned
         assert net["value_heldout_mse"] >= 0 and net["value_heldout_mean_mse"] > 0
+        assert net["value_heldout_search_mse"] >= 0
         assert net["lookahead"]["games"] == 2
     assert lc_value.main(args) == 0 and json.loads(capsys.readouterr().out)["cached"]     # read back
     assert lc_value.main(["--games", "1"]) == 2

@@ -173,8 +173,6 @@ def test_search_value_rows_are_the_lookaheads_values_of_the_move_and_two_others(
         state.apply_action(a)           # the teacher's moves, no exploration: the same game as the warm start's
     v = value_rows(adv, scale)
     assert set(np.unique(v["kind"])) == {MOVER, OBSERVER, SEARCH}
-    no_search = value_rows(adv, scale, search=False)
-    assert SEARCH not in set(no_search["kind"]) and len(no_search["kind"]) == (v["kind"] != SEARCH).sum()
     for p in (0, 1):
         rows = adv[p]
         mine = rows["value_kind"] == 1                      # trainer.warmstart.SEARCH
@@ -290,6 +288,9 @@ def test_value_cutoffs_need_a_value_net_and_games_to_train_it_on():
         load_config(root / "configs" / "smoke.yaml", ["network.value_hidden=[0]"])
     with pytest.raises(ConfigError, match="train.value_budget_s"):
         load_config(root / "configs" / "smoke.yaml", ["train.value_budget_s=-1"])
+    with pytest.raises(ConfigError, match="train.value_labels"):
+        load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
+                                                      "train.value_labels=outcomes"])
     for bad in ("1.5", "-0.1"):
         with pytest.raises(ConfigError, match=r"traversal.value_cutoff: must be a number in \[0, 1\]"):
             load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
@@ -397,6 +398,31 @@ def test_train_value_keeps_the_weights_of_its_best_validation_check_and_reports_
     with torch.inference_mode():
         pred = net(torch.from_numpy(held["info"].astype(np.float32))).double().numpy()[:, 0]
     assert m["value_heldout_mse"] == pytest.approx(float(((pred - target) ** 2).mean()), rel=1e-6)
+
+
+def test_train_value_learns_the_labels_it_is_given_and_reports_both_kinds():
+    import engine
+    from trainer.value import MOVER, OBSERVER, SEARCH, split_by_game, train_value, value_rows
+    from trainer.warmstart import heuristic_rows
+    game = engine.load_game("lost_cities", **SMALL)
+    adv, _ = heuristic_rows(game, 6, seed=50, advantage=0.05, worlds=4)
+    rest, _ = split_by_game(value_rows(adv, 0.01), 0.2, 3)
+    every, _ = split_by_game(rest, 0.1, 4)
+    count = {kind: int(np.isin(every["kind"], kinds).sum())
+             for kind, kinds in (("outcome", (MOVER, OBSERVER)), ("search", (SEARCH,)))}
+    assert count["outcome"] > 0 and count["search"] > 0
+    for labels, rows in (("outcome", count["outcome"]), ("search", count["search"]),
+                         ("both", count["outcome"] + count["search"])):
+        torch.manual_seed(0)
+        net = MLP(game.information_state_tensor_size(), 1, (16,), input_scale=game.input_scale())
+        m = train_value(net, torch.optim.Adam(net.parameters()), adv, 0.01, 30, 64, "cpu", np.random.default_rng(0),
+                        seed=3, held_out_share=0.2, labels=labels)
+        assert m["value_train_rows"] == rows, labels
+        assert m["value_search_rows"] == (0 if labels == "outcome" else count["search"])
+        assert m["value_heldout_mse"] >= 0 and m["value_heldout_search_mse"] >= 0, labels
+    with pytest.raises(ValueError, match="value labels must be one of"):
+        train_value(net, torch.optim.Adam(net.parameters()), adv, 0.01, 1, 8, "cpu", np.random.default_rng(0), seed=3,
+                    labels="all")
 
 
 def test_a_run_with_value_cutoffs_traverses_through_the_batchers_value_column(tmp_path):

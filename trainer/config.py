@@ -90,8 +90,8 @@ class TrainSection:
     """SGD steps of the value net on the warm start's games, after the warm start's pretraining (0 = no value net; trainer/value.py). A tenth of the games is held out whole for its error in metrics.jsonl (value_heldout_mse, next to the mean and zero predictors'). traversal.value_cutoff > 0 needs it."""
     value_budget_s: float = 0.0
     """Wall-clock budget of the value net's training, in seconds (0 = none): it stops after value_steps or this, whichever comes first. Its own budget, apart from warm_start_pretrain_budget_s."""
-    value_search_labels: bool = True
-    """The value net also learns the lookahead teacher's values (warm_start_worlds > 0): the player's view after the move chosen and after two other candidates, each labelled with the search's mean final score difference for it, a label of moves the teacher does not play (trainer.warmstart._play). false: the games' outcomes only."""
+    value_labels: str = "both"
+    """What the value net learns: outcome (each game's final return, seen by the player to move and by the other player), search (the lookahead teacher's mean value of the move chosen and of two other candidates, seen by the mover after it; warm_start_worlds > 0) or both (trainer.warmstart._play, trainer/value.py). The held-out error of each kind is reported whatever it learns."""
     warm_start_share: float = 0.0
     """0: the warm-start rows sit in the memories and fade as linear CFR's weights grow. In (0, 1): they stay apart and make up this share of every advantage and strategy batch for the whole run (a lasting prior)."""
 
@@ -332,6 +332,7 @@ def validate(cfg):
         ("train.warm_start_share", 0.0 <= cfg.train.warm_start_share < 1.0),
         ("train.value_steps", cfg.train.value_steps >= 0),
         ("train.value_budget_s", math.isfinite(cfg.train.value_budget_s) and cfg.train.value_budget_s >= 0),
+        ("train.value_labels", cfg.train.value_labels in ("outcome", "search", "both")),
         ("network.value_hidden", len(cfg.network.value_hidden) >= 1
          and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in cfg.network.value_hidden)),
         ("train.warm_start_worlds", cfg.train.warm_start_worlds >= 0),

@@ -271,7 +271,7 @@ class Trainer:
         m = train_value(self.value_net, self.value_optimizer, adv, self.cfg.traversal.value_scale, tr.value_steps,
                         tr.batch_size, self.device, self.np_rng, seed=self.cfg.run.seed, grad_clip=tr.grad_clip,
                         augment=self.augment, budget_s=tr.value_budget_s, progress=bar,
-                        search=tr.value_search_labels)
+                        labels=tr.value_labels)
         if bar is not None:
             bar.close()
         self.log(value_line(m))

@@ -26,9 +26,10 @@ import torch
 
 
 MOVER, OBSERVER, SEARCH = 0, 1, 2      # value rows' kinds (value_rows' "kind" column)
+LABELS = {"outcome": (MOVER, OBSERVER), "both": (MOVER, OBSERVER, SEARCH), "search": (SEARCH,)}
 
 
-def value_rows(adv_rows, value_scale, search=True):
+def value_rows(adv_rows, value_scale):
     """Value rows of the warm start's advantage rows: `adv_rows` is one
     dict of rows or {player: rows} (trainer.warmstart.heuristic_rows' first
     result), each with info, outcome, game and weight, and optionally the
@@ -38,8 +39,7 @@ def value_rows(adv_rows, value_scale, search=True):
     1), game (int64 [n]) and kind (int8 [n]): MOVER, a decision's row with
     its game's outcome for the player to move; OBSERVER, the other player's
     view at that decision with its own outcome; SEARCH, the mover's view
-    after a candidate move with the lookahead's mean value of it (dropped
-    with search=False)."""
+    after a candidate move with the lookahead's mean value of it."""
     parts = [adv_rows] if "info" in adv_rows else [adv_rows[p] for p in sorted(adv_rows)]
     info, points, game, kind = [], [], [], []
     for part in parts:
@@ -51,12 +51,10 @@ def value_rows(adv_rows, value_scale, search=True):
         game.append(np.asarray(part["game"], np.int64))
         kind.append(np.full(len(points[-1]), MOVER, np.int8))
         if "value_info" in part:
-            k = np.asarray(part["value_kind"], np.int8) + 1         # trainer.warmstart's OBSERVER 0, SEARCH 1
-            keep = np.ones(len(k), bool) if search else k != SEARCH
-            info.append(np.asarray(part["value_info"])[keep])
-            points.append(np.asarray(part["value_points"], np.float64)[keep])
-            game.append(np.asarray(part["value_game"], np.int64)[keep])
-            kind.append(k[keep])
+            info.append(np.asarray(part["value_info"]))
+            points.append(np.asarray(part["value_points"], np.float64))
+            game.append(np.asarray(part["value_game"], np.int64))
+            kind.append(np.asarray(part["value_kind"], np.int8) + 1)   # trainer.warmstart's OBSERVER 0, SEARCH 1
     info, points, game, kind = (np.concatenate(x) for x in (info, points, game, kind))
     n = len(points)
     return {"info": info, "target": (points * float(value_scale)).astype(np.float32).reshape(n, 1),
@@ -136,14 +134,17 @@ PATIENCE = 5                # checks without a better validation error before th
 
 
 def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device, rng, seed, grad_clip=1.0,
-                augment=None, budget_s=0.0, progress=None, held_out_share=HELD_OUT_SHARE, search=True):
+                augment=None, budget_s=0.0, progress=None, held_out_share=HELD_OUT_SHARE, labels="both"):
     """Train the value net `net` on the warm start's games (trainer.warmstart's
     advantage rows `adv_rows`) and return its metrics.
 
     The games are split three ways, each game whole on one side
     (split_by_game): a share held out for the error reported
     (value_heldout_*), a share of the rest for validation, and the rest
-    trained on. Every CHECK_EVERY steps the validation error is taken; the
+    trained on. `labels` says which rows it learns (train.value_labels):
+    "outcome" (MOVER and OBSERVER rows), "search" (SEARCH rows) or "both";
+    the held-out errors of both kinds are reported whatever it learns.
+    Every CHECK_EVERY steps the validation error is taken; the
     net keeps the weights of the best check, and the training stops after
     `steps`, after PATIENCE checks without a better one, or once budget_s
     seconds (> 0) have passed. A net fitted to a few hundred games
@@ -161,10 +162,15 @@ def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device
     from trainer.learn import train_net
     t0 = time.monotonic()
     deadline = t0 + budget_s if budget_s > 0 else None
-    rest, held = split_by_game(value_rows(adv_rows, value_scale, search), held_out_share, seed)
-    train, val = split_by_game(rest, VALIDATION_SHARE, seed + 1)
+    if labels not in LABELS:
+        raise ValueError(f"value labels must be one of {', '.join(LABELS)}, got {labels!r}")
+    rest, held = split_by_game(value_rows(adv_rows, value_scale), held_out_share, seed)
+    every, val = split_by_game(rest, VALIDATION_SHARE, seed + 1)
+    train, val = _kinds(every, LABELS[labels]), _kinds(val, LABELS[labels])
     if len(train["weight"]) == 0:
-        raise ValueError("the value net has no training rows: the warm start labelled no game")
+        raise ValueError(f"the value net has no training rows of its labels ({labels}): the warm start labelled "
+                         "no game" + (", or its teacher (warm_start_worlds 0) values no moves" if labels == "search"
+                                      else ""))
     mean = float(np.average(train["target"][:, 0], weights=train["weight"]))
     memory = Rows(train)
     augment = None if augment is None else info_only(augment)
@@ -189,14 +195,14 @@ def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device
         net.load_state_dict(best[1])
     # the held-out error of the games' outcomes (MOVER and OBSERVER rows) against the outcome rows' mean,
     # and apart from it that of the search's values against theirs
-    outcome_train, outcome_held = _kinds(train, (MOVER, OBSERVER)), _kinds(held, (MOVER, OBSERVER))
+    outcome_train, outcome_held = _kinds(every, (MOVER, OBSERVER)), _kinds(held, (MOVER, OBSERVER))
     searched = None
     outcome_mean = _mean(outcome_train, mean)
     out = value_errors(net, outcome_held, outcome_mean, device)
     fit = value_errors(net, outcome_train, outcome_mean, device)
     search_held = _kinds(held, (SEARCH,))
     if len(search_held["weight"]):
-        searched = value_errors(net, search_held, _mean(_kinds(train, (SEARCH,)), mean), device)
+        searched = value_errors(net, search_held, _mean(_kinds(every, (SEARCH,)), mean), device)
     return {"value_heldout_mse": out["mse"], "value_heldout_mean_mse": out["mean_mse"],
             "value_heldout_zero_mse": out["zero_mse"], "value_train_mse": fit["mse"],
             "value_heldout_search_mse": None if searched is None else searched["mse"],
