@@ -302,20 +302,27 @@ def test_value_cutoffs_need_a_value_net_and_games_to_train_it_on():
 
 # ---------------------------------------------------------------------------
 # 5. a run: metrics, the prior and the checkpoints hold the value net, a resume restores it
-def test_a_run_trains_the_value_net_keeps_it_in_its_checkpoints_and_a_resume_restores_it(tmp_path):
+def _small_run(run_dir, settings):
+    """`python -m trainer` on configs/smoke.yaml made tiny (one iteration) with `settings` on top, as a real
+    subprocess: (the finished process, the first metrics line)."""
     import json
+    import subprocess
+    root = Path(__file__).resolve().parents[1]
+    small = ["train.traversals=40", "train.adv_steps=5", "train.strategy_steps=5", "network.hidden=[16]",
+             "eval.lc_games=2", "run.progress=false", "train.warm_start_steps=3", "train.iterations=1", *settings]
+    r = subprocess.run([sys.executable, "-m", "trainer", "--config", "configs/smoke.yaml", "--run-dir", str(run_dir),
+                        *sum([["--set", s] for s in small], [])], cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r, json.loads((Path(run_dir) / "metrics.jsonl").read_text().splitlines()[0])
+
+
+def test_a_run_trains_the_value_net_keeps_it_in_its_checkpoints_and_a_resume_restores_it(tmp_path):
     import subprocess
     from agents.checkpoint import load_checkpoint, prior_checkpoint
     root = Path(__file__).resolve().parents[1]
     run_dir = tmp_path / "run"
-    small = ["train.traversals=40", "train.adv_steps=5", "train.strategy_steps=5", "network.hidden=[16]",
-             "eval.lc_games=2", "run.progress=false", "train.warm_start_games=6", "train.warm_start_steps=3",
-             "train.value_steps=40", "network.value_hidden=[32, 16]", "train.augment_colours=true",
-             "train.iterations=1"]
-    r = subprocess.run([sys.executable, "-m", "trainer", "--config", "configs/smoke.yaml", "--run-dir", str(run_dir),
-                        *sum([["--set", s] for s in small], [])], cwd=root, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    r, m = _small_run(run_dir, ["train.warm_start_games=6", "train.value_steps=40", "network.value_hidden=[32, 16]",
+                                "train.augment_colours=true"])
     for key in ("value_heldout_mse", "value_heldout_mean_mse", "value_heldout_zero_mse"):
         assert m[key] >= 0
     assert m["value_steps"] == 40 and m["value_best_step"] == 40 and m["value_train_s"] > 0
@@ -429,17 +436,7 @@ def test_a_run_with_value_cutoffs_traverses_through_the_batchers_value_column(tm
     """The whole service with traversal.value_cutoff 1: the trainer pushes
     AdvantageValue, the batcher answers A + 1 columns, the worker's cutoffs
     read the last one, and the phase's samples come back."""
-    import json
-    import subprocess
-    root = Path(__file__).resolve().parents[1]
-    run_dir = tmp_path / "run"
-    small = ["train.traversals=40", "train.adv_steps=5", "train.strategy_steps=5", "network.hidden=[16]",
-             "eval.lc_games=2", "run.progress=false", "train.warm_start_games=4", "train.warm_start_steps=3",
-             "train.value_steps=20", "network.value_hidden=[16]", "traversal.value_cutoff=1.0",
-             "train.iterations=1"]
-    r = subprocess.run([sys.executable, "-m", "trainer", "--config", "configs/smoke.yaml", "--run-dir", str(run_dir),
-                        *sum([["--set", s] for s in small], [])], cwd=root, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    _, m = _small_run(tmp_path / "run", ["train.warm_start_games=4", "train.value_steps=20",
+                                         "network.value_hidden=[16]", "traversal.value_cutoff=1.0"])
     assert m["samples_adv_0"] > 0 and m["samples_adv_1"] > 0 and m["samples_strat_0"] > 0
     assert m["dropped_rows"] == 0 and m["requeued_jobs"] == 0 and m["restarts"] == 0

@@ -504,6 +504,24 @@ cdef bint _grow_stack(Core* c, Machine* m) noexcept nogil:
     return True
 
 
+cdef inline int _park(Core* c, Machine* m, int index, int player, bint keep) noexcept nogil:
+    """Write machine `index`'s request row (`player`'s view of its state, for
+    model_ids[player]; `keep`: in the wire layout, also kept for the node's
+    sample, see _wire_row) and park it until resume()."""
+    cdef int row
+    if c.wire:
+        row = _wire_row(c, m, player, keep)
+    else:
+        row = c.n_requests
+        c.gd.info_state(c.gd.cfg, m.state, player, c.requests + row * c.tensor_size)
+    c.n_requests += 1
+    c.request_model[row] = c.params.model_ids[player]
+    c.request_machine[row] = index
+    c.stats.queries += 1
+    m.status = M_WAITING
+    return M_WAITING
+
+
 cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
     """Advance m until it parks, blocks or finishes its traversal queue."""
     cdef Frame* f
@@ -549,19 +567,9 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
                     # the learned value: the playouts (if mixed in) run now, before the
                     # machine parks with one row, the traverser's view of this node
                     f.cut_playout = _cutoff_value(c, m) if c.params.value_cutoff < 1.0 else 0.0
-                    if c.wire:
-                        row = _wire_row(c, m, m.traverser, False)
-                    else:
-                        row = c.n_requests
-                        c.gd.info_state(c.gd.cfg, m.state, m.traverser, c.requests + row * c.tensor_size)
-                    c.n_requests += 1
-                    c.request_model[row] = c.params.model_ids[m.traverser]
-                    c.request_machine[row] = index
-                    c.stats.queries += 1
                     c.stats.value_cutoffs += 1
                     f.stage = ST_CUTOFF_VALUE
-                    m.status = M_WAITING
-                    return M_WAITING
+                    return _park(c, m, index, m.traverser, False)
             else:
                 f.player = c.gd.current_player(c.gd.cfg, m.state)
                 f.n_legal = c.gd.legal_actions(c.gd.cfg, m.state, legal)
@@ -576,18 +584,8 @@ cdef int _step_machine(Core* c, Machine* m, int index) noexcept nogil:
                         sigma[i] = 1.0 / f.n_legal
                     f.stage = ST_POLICY
                     continue
-                if c.wire:
-                    row = _wire_row(c, m, f.player, True)
-                else:
-                    row = c.n_requests
-                    c.gd.info_state(c.gd.cfg, m.state, f.player, c.requests + row * c.tensor_size)
-                c.n_requests += 1
-                c.request_model[row] = c.params.model_ids[f.player]
-                c.request_machine[row] = index
-                c.stats.queries += 1
                 f.stage = ST_POLICY
-                m.status = M_WAITING
-                return M_WAITING
+                return _park(c, m, index, f.player, True)
         elif f.stage == ST_POLICY:
             if m.depth < m.prefix:
                 f.stage = ST_SAMPLE_OPP         # root prefix: on-policy, no samples
