@@ -34,7 +34,7 @@ VALUE_SCALE = 0.01                            # and its traversal.value_scale
 
 
 def measure(games=300, worlds=64, explore=0.1, seed=1, procs=1, steps=(2000,), hidden=((256, 256),), batch=512,
-            lr=1e-3, augment=True, cache=None, progress=None, labels=("both",), lookahead_games=0,
+            lr=1e-3, augment=True, cache=None, progress=None, labels=("search",), lookahead_games=0,
             lookahead_worlds=16):
     """(label stats, one dict of trainer.value.train_value's metrics per
     labels x steps x hidden, with the lookahead's match against HeuristicBot
@@ -88,7 +88,7 @@ def main(argv=None):
     ap.add_argument("--procs", type=int, default=1, help="processes that play the games")
     ap.add_argument("--steps", type=int, nargs="+", default=[2000])
     ap.add_argument("--hidden", type=_ints, nargs="+", default=[(256, 256)], help="e.g. 256,256")
-    ap.add_argument("--labels", nargs="+", choices=("outcome", "both", "search"), default=["both"],
+    ap.add_argument("--labels", nargs="+", choices=("outcome", "both", "search"), default=["search"],
                     help="what the value net learns (train.value_labels): the outcomes, the search's values, or both")
     ap.add_argument("--lookahead-games", type=int, default=0,
                     help="duplicate games of each net as a one-turn lookahead's value against HeuristicBot")

@@ -271,32 +271,39 @@ def test_colour_augmentation_renames_the_info_rows_but_not_the_value_target():
 def test_value_cutoffs_need_a_value_net_and_games_to_train_it_on():
     from trainer.config import ConfigError, load_config, validate
     root = Path(__file__).resolve().parents[1]
-    cfg = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5"])
+    with pytest.raises(ConfigError, match=r"train.value_labels: search .*train.warm_start_worlds > 0"):
+        load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5"])
+    searched = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
+                                                             "train.warm_start_worlds=4"])
+    assert searched.train.value_labels == "search"
+    cfg = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
+                                                        "train.value_labels=both"])
     assert cfg.train.value_steps == 5 and cfg.network.value_hidden == [256, 256]
     cfg.traversal.value_cutoff = 0.5
     validate(cfg)
     for change in ({"value_steps": 0}, {"warm_start_games": 0}):
-        bad = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5"])
+        bad = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
+                                                            "train.value_labels=both"])
         for k, v in change.items():
             setattr(bad.train, k, v)
         bad.traversal.value_cutoff = 1.0
         with pytest.raises(ConfigError, match=r"traversal.value_cutoff.*train.value_steps.*train.warm_start_games"):
             validate(bad)
     with pytest.raises(ConfigError, match="train.value_steps: the value net trains on the warm start's games"):
-        load_config(root / "configs" / "smoke.yaml", ["train.value_steps=5"])
+        load_config(root / "configs" / "smoke.yaml", ["train.value_steps=5", "train.value_labels=both"])
     with pytest.raises(ConfigError, match="network.value_hidden"):
         load_config(root / "configs" / "smoke.yaml", ["network.value_hidden=[0]"])
     with pytest.raises(ConfigError, match="train.value_budget_s"):
         load_config(root / "configs" / "smoke.yaml", ["train.value_budget_s=-1"])
     with pytest.raises(ConfigError, match="train.value_labels"):
         load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
-                                                      "train.value_labels=outcomes"])
+                                                      "train.value_labels=outcomes", "train.warm_start_worlds=4"])
     for bad in ("1.5", "-0.1"):
         with pytest.raises(ConfigError, match=r"traversal.value_cutoff: must be a number in \[0, 1\]"):
             load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
-                                                          f"traversal.value_cutoff={bad}"])
+                                                          "train.value_labels=both", f"traversal.value_cutoff={bad}"])
     ok = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
-                                                       "traversal.value_cutoff=1"])
+                                                       "train.value_labels=both", "traversal.value_cutoff=1"])
     assert ok.traversal.value_cutoff == 1.0
 
 
@@ -309,7 +316,8 @@ def _small_run(run_dir, settings):
     import subprocess
     root = Path(__file__).resolve().parents[1]
     small = ["train.traversals=40", "train.adv_steps=5", "train.strategy_steps=5", "network.hidden=[16]",
-             "eval.lc_games=2", "run.progress=false", "train.warm_start_steps=3", "train.iterations=1", *settings]
+             "eval.lc_games=2", "run.progress=false", "train.warm_start_steps=3", "train.iterations=1",
+             "train.value_labels=both", *settings]
     r = subprocess.run([sys.executable, "-m", "trainer", "--config", "configs/smoke.yaml", "--run-dir", str(run_dir),
                         *sum([["--set", s] for s in small], [])], cwd=root, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -357,7 +365,8 @@ def test_the_push_serves_advantages_and_value_with_value_cutoffs_and_the_advanta
     from trainer.config import load_config
     from trainer.supervise import Supervisor
     root = Path(__file__).resolve().parents[1]
-    cfg = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5"])
+    cfg = load_config(root / "configs" / "smoke.yaml", ["train.warm_start_games=10", "train.value_steps=5",
+                                                        "train.value_labels=both"])
     nets = leduc_nets()
     A = LEDUC.num_distinct_actions()
     value = MLP(COLS, 1, (8,), input_scale=LEDUC.input_scale())

@@ -90,8 +90,8 @@ class TrainSection:
     """SGD steps of the value net on the warm start's games, after the warm start's pretraining (0 = no value net; trainer/value.py). A tenth of the games is held out whole for its error in metrics.jsonl (value_heldout_mse, next to the mean and zero predictors'). traversal.value_cutoff > 0 needs it."""
     value_budget_s: float = 0.0
     """Wall-clock budget of the value net's training, in seconds (0 = none): it stops after value_steps or this, whichever comes first. Its own budget, apart from warm_start_pretrain_budget_s."""
-    value_labels: str = "both"
-    """What the value net learns: outcome (each game's final return, seen by the player to move and by the other player), search (the lookahead teacher's mean value of the move chosen and of two other candidates, seen by the mover after it; warm_start_worlds > 0) or both (trainer.warmstart._play, trainer/value.py). The held-out error of each kind is reported whatever it learns."""
+    value_labels: str = "search"
+    """What the value net learns: search (the lookahead teacher's mean value of the move chosen and of two other candidates, seen by the mover after it; needs warm_start_worlds > 0), outcome (each game's final return, seen by the player to move and by the other player) or both (trainer.warmstart._play, trainer/value.py). The held-out error of each kind is reported whatever it learns. Outcomes rate a move by what followed it in the teacher's games, which misleads a search and CFR's cutoffs (docs/lost_cities_strength.md, "The learned value")."""
     warm_start_share: float = 0.0
     """0: the warm-start rows sit in the memories and fade as linear CFR's weights grow. In (0, 1): they stay apart and make up this share of every advantage and strategy batch for the whole run (a lasting prior)."""
 
@@ -376,6 +376,10 @@ def validate(cfg):
         raise ConfigError(f"config traversal.value_cutoff: {cutoff:g} values cutoffs with the value net, which "
                           f"needs train.value_steps > 0 (got {cfg.train.value_steps}) and warm-start games to "
                           f"train on (train.warm_start_games > 0, got {cfg.train.warm_start_games})")
+    if cfg.train.value_steps > 0 and cfg.train.value_labels == "search" and cfg.train.warm_start_worlds == 0:
+        raise ConfigError("config train.value_labels: search learns the lookahead teacher's values, which needs "
+                          "train.warm_start_worlds > 0 (the heuristic teacher values no moves); or set "
+                          "train.value_labels to outcome or both")
     if cfg.train.value_steps > 0 and cfg.train.warm_start_games == 0:
         raise ConfigError("config train.value_steps: the value net trains on the warm start's games; "
                           "it needs train.warm_start_games > 0")
