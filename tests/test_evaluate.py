@@ -549,17 +549,22 @@ def test_parallel_match_fails_loudly_when_a_worker_dies():
         agent_from_spec({"game": {"name": "lost_cities"}})
 
 
+def _small_lc_checkpoint(run_dir):
+    """A checkpoint of iteration 1 in `run_dir` with small seeded nets for LC_SMALL; its path."""
+    from trainer.checkpoint import save_checkpoint
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    nets = {k: net_for_game(game, hidden=(8,), seed=i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
+    return save_checkpoint(run_dir, 1, {"config": {"game": {"name": "lost_cities", "params": LC_SMALL}},
+                                        "nets": {k: n.state_dict() for k, n in nets.items()},
+                                        "net_spec": nets["strategy"].spec()})
+
+
 def test_parallel_match_of_a_sampled_read_out_is_reproducible(tmp_path):
     """A sampled policy in worker processes: each chunk of deals draws from
     its own stream (seeded by the match's seed and the chunk), so the match
     does not depend on which process took which chunk."""
-    from trainer.checkpoint import save_checkpoint
     from agents.matches import parallel_match
-    game = engine.load_game("lost_cities", **LC_SMALL)
-    nets = {k: net_for_game(game, hidden=(8,), seed=i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
-    path = save_checkpoint(tmp_path, 1, {"config": {"game": {"name": "lost_cities", "params": LC_SMALL}},
-                                         "nets": {k: n.state_dict() for k, n in nets.items()},
-                                         "net_spec": nets["strategy"].spec()})
+    path = _small_lc_checkpoint(tmp_path)
     spec = {"checkpoint": str(path), "policy": "average", "seed": 0, "search": None}
     first = parallel_match(spec, "heuristic", 16, seed=2, jobs=2, build=agent_from_spec)
     assert parallel_match(spec, "heuristic", 16, seed=2, jobs=2, build=agent_from_spec) == first
@@ -571,14 +576,10 @@ def test_the_exploiter_is_built_in_each_worker_from_its_own_agent(tmp_path):
     agents.players' factory, which each worker process calls with the agent
     it rebuilt. A greedy read-out and the exploiter's seeded worlds make the
     match the same in one process and in two."""
-    from trainer.checkpoint import save_checkpoint
     from agents.matches import parallel_match
     from agents.players import exploiter, make_opponent
     game = engine.load_game("lost_cities", **LC_SMALL)
-    nets = {k: net_for_game(game, hidden=(8,), seed=i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
-    path = save_checkpoint(tmp_path, 1, {"config": {"game": {"name": "lost_cities", "params": LC_SMALL}},
-                                         "nets": {k: n.state_dict() for k, n in nets.items()},
-                                         "net_spec": nets["strategy"].spec()})
+    path = _small_lc_checkpoint(tmp_path)
     spec = {"checkpoint": str(path), "policy": "average-greedy", "seed": 0, "search": None}
     _, _, agent = agent_from_spec(spec)
     assert opponent_of("exploiter") is exploiter and opponent_of("heuristic") == "heuristic"

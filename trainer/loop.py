@@ -386,8 +386,8 @@ class Trainer:
         return ck.save_checkpoint(self.run_dir, t, payload)
 
     def _value_payload(self):
-        """The value net's checkpoint keys: value_net (its state dict) and
-        value_spec, and its optimizer under "optimizers"; none without one."""
+        """The value net's checkpoint keys, value_net (its state dict) and
+        value_spec; none without one (save() adds its optimizer to "optimizers")."""
         if self.value_net is None:
             return {}
         return {"value_net": {n: v.detach().cpu() for n, v in self.value_net.state_dict().items()},
