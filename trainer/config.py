@@ -94,6 +94,16 @@ class TrainSection:
     """What the value net learns: search (the lookahead teacher's mean value of the move chosen and of two other candidates, seen by the mover after it; needs warm_start_worlds > 0), outcome (each game's final return, seen by the player to move and by the other player) or both (trainer.warmstart._play, trainer/value.py). The held-out error of each kind is reported whatever it learns. Outcomes rate a move by what followed it in the teacher's games, which misleads a search and CFR's cutoffs (docs/lost_cities_strength.md, "The learned value")."""
     warm_start_share: float = 0.0
     """0: the warm-start rows sit in the memories and fade as linear CFR's weights grow. In (0, 1): they stay apart and make up this share of every advantage and strategy batch for the whole run (a lasting prior)."""
+    exit_rounds: int = 0
+    """Rounds of expert iteration after the warm start (0 = none; needs a lasting prior, warm_start_share > 0). Each round the agent (the strategy net, greedy, with warm_start_explore random moves) plays up to exit_games games, a search over it labels every decision (exit_worlds worlds of heuristic playouts over its exit_topk most likely moves), the labels join the prior's, and fresh nets are pretrained on the pool (warm_start_steps, warm_start_pretrain_budget_s). checkpoints/prior.pt stays the imitation of the warm start's teacher."""
+    exit_games: int = 1000
+    """The most games an expert-iteration round labels; exit_budget_s decides on a slower box."""
+    exit_budget_s: float = 0.0
+    """Wall-clock budget of each expert-iteration round's labelling, in seconds (0 = none), as warm_start_budget_s."""
+    exit_worlds: int = 640
+    """Worlds of the expert-iteration search (agents.searcher.SearchPlayer, raced)."""
+    exit_topk: int = 4
+    """Candidates of the expert-iteration search: the agent's most likely moves (0 = every legal move)."""
 
 
 @dataclass
@@ -336,6 +346,11 @@ def validate(cfg):
         ("network.value_hidden", len(cfg.network.value_hidden) >= 1
          and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in cfg.network.value_hidden)),
         ("train.warm_start_worlds", cfg.train.warm_start_worlds >= 0),
+        ("train.exit_rounds", cfg.train.exit_rounds >= 0),
+        ("train.exit_games", cfg.train.exit_games >= 1),
+        ("train.exit_budget_s", math.isfinite(cfg.train.exit_budget_s) and cfg.train.exit_budget_s >= 0),
+        ("train.exit_worlds", cfg.train.exit_worlds >= 1),
+        ("train.exit_topk", cfg.train.exit_topk >= 0),
         ("train.warm_start_explore", 0.0 <= cfg.train.warm_start_explore < 1.0),
         ("train.warm_start_procs", cfg.train.warm_start_procs >= 0),
         ("train.warm_start_budget_s", math.isfinite(cfg.train.warm_start_budget_s) and cfg.train.warm_start_budget_s >= 0),
@@ -380,6 +395,10 @@ def validate(cfg):
         raise ConfigError("config train.value_labels: search learns the lookahead teacher's values, which needs "
                           "train.warm_start_worlds > 0 (the heuristic teacher values no moves); or set "
                           "train.value_labels to outcome or both")
+    if cfg.train.exit_rounds > 0 and (cfg.train.warm_start_games == 0 or cfg.train.warm_start_share == 0):
+        raise ConfigError(f"config train.exit_rounds: expert iteration pools its labels with the warm start's in a "
+                          f"lasting prior; it needs train.warm_start_games > 0 and train.warm_start_share > 0 "
+                          f"(got {cfg.train.warm_start_games} and {cfg.train.warm_start_share:g})")
     if cfg.train.value_steps > 0 and cfg.train.warm_start_games == 0:
         raise ConfigError("config train.value_steps: the value net trains on the warm start's games; "
                           "it needs train.warm_start_games > 0")

@@ -232,35 +232,109 @@ class Trainer:
             memories = {"adv0": self.adv_mem[0], "adv1": self.adv_mem[1], "strategy": self.strat_mem}
         if not pretrain:
             self.log(f"warm-start prior: {games} games labelled by {teacher}, share {tr.warm_start_share:g}")
+            if tr.exit_rounds > 0:
+                adv, strat = self._exit_rounds(adv, strat, pretrain=False)
             return self.warm_start_info
+        self._pretrain(memories, "")
+        self.log(f"warm start: {len(adv[0]['weight']) + len(adv[1]['weight'])} decisions from "
+                 f"{games} games, {self._steps_line()} in {time.monotonic() - t0:.0f} s"
+                 + (f"; kept as {tr.warm_start_share:g} of every batch" if tr.warm_start_share > 0 else ""))
+        if self.value_net is not None and tr.exit_rounds == 0:
+            self.warm_start_info.update(self._train_value(adv))
+        # the run's prior, for head-to-head evaluation: the imitation of the teacher, before any expert iteration
+        save_prior(self.run_dir, self.cfg, self.nets, self.value_net if tr.exit_rounds == 0 else None)
+        if tr.exit_rounds > 0:
+            adv, strat = self._exit_rounds(adv, strat, pretrain=True)
+            if self.value_net is not None:
+                self.warm_start_info.update(self._train_value(adv))
+        return self.warm_start_info
+
+    def _pretrain(self, memories, tag):
+        """Train each net warm_start_steps steps (or a third of
+        warm_start_pretrain_budget_s) on `memories`; the steps and time go
+        into warm_start_info under warm_start_pretrain_*{tag}."""
+        tr = self.cfg.train
         t1 = time.monotonic()
-        losses, steps = [], []
+        self.pretrain_losses, steps = [], []
         for i, name in enumerate(("adv0", "adv1", "strategy")):
             # a pretraining budget is shared out evenly: each net gets a third of it
             deadline = t1 + (i + 1) * tr.warm_start_pretrain_budget_s / 3 if tr.warm_start_pretrain_budget_s > 0 else None
-            bar = self._bar(total=tr.warm_start_steps, desc=f"warm start: pretrain {name}", unit="step",
+            bar = self._bar(total=tr.warm_start_steps, desc=f"warm start: pretrain {name}{tag}", unit="step",
                             budget_s=None if deadline is None else deadline - time.monotonic())
             done = {}
-            losses.append(train_net(self.nets[name], memories[name], tr.warm_start_steps, tr.batch_size,
-                                    self.optimizers[name], self.device, self.np_rng,
-                                    strategy_loss if name == "strategy" else advantage_loss, tr.grad_clip,
-                                    bar, augment=self.augment, deadline=deadline, stats=done))
+            self.pretrain_losses.append(
+                train_net(self.nets[name], memories[name], tr.warm_start_steps, tr.batch_size,
+                          self.optimizers[name], self.device, self.np_rng,
+                          strategy_loss if name == "strategy" else advantage_loss, tr.grad_clip,
+                          bar, augment=self.augment, deadline=deadline, stats=done))
             if bar is not None:
                 bar.close()
             steps.append(done.get("steps", 0))
-        self.warm_start_info.update({f"warm_start_pretrain_steps_{name}": n
+        self.pretrain_steps = steps
+        self.warm_start_info.update({f"warm_start_pretrain_steps_{name}{tag}": n
                                      for name, n in zip(("adv0", "adv1", "strategy"), steps)})
-        self.warm_start_info["warm_start_pretrain_s"] = time.monotonic() - t1
+        self.warm_start_info[f"warm_start_pretrain_s{tag}"] = time.monotonic() - t1
+
+    def _steps_line(self):
+        steps, losses = self.pretrain_steps, self.pretrain_losses
         per_net = f"{steps[0]} steps per net" if len(set(steps)) == 1 else f"{'/'.join(map(str, steps))} steps"
-        self.log(f"warm start: {len(adv[0]['weight']) + len(adv[1]['weight'])} decisions from "
-                 f"{games} games, {per_net} "
-                 f"(losses {', '.join('-' if x is None else f'{x:.4g}' for x in losses)}) in "
-                 f"{time.monotonic() - t0:.0f} s"
-                 + (f"; kept as {tr.warm_start_share:g} of every batch" if tr.warm_start_share > 0 else ""))
-        if self.value_net is not None:
-            self.warm_start_info.update(self._train_value(adv))
-        save_prior(self.run_dir, self.cfg, self.nets, self.value_net)     # the run's prior, for head-to-head evaluation
-        return self.warm_start_info
+        return f"{per_net} (losses {', '.join('-' if x is None else f'{x:.4g}' for x in losses)})"
+
+    def _exit_rounds(self, adv, strat, pretrain):
+        """Expert iteration after the warm start (train.exit_rounds): in each
+        round the current agent (the strategy net, greedy) plays exit_games
+        games (or what exit_budget_s allows), a search over it labels every
+        decision (trainer.warmstart._play), the labels join the pool, and
+        three fresh nets are pretrained on the whole pool, which becomes the
+        lasting prior. The rows of round r are kept in exit_rows_r.npz, so a
+        resumed run (pretrain False) reads them back into its prior. Returns
+        the pooled (adv, strat) rows."""
+        from trainer.warmstart import PriorMix, blueprint_of, heuristic_rows
+        tr = self.cfg.train
+        for r in range(1, tr.exit_rounds + 1):
+            t0 = time.monotonic()
+            tag = f"_exit{r}"
+            what = f"a {tr.exit_worlds}-world search over the agent's top {tr.exit_topk} moves"
+            budget = f", budget {tr.exit_budget_s:g} s" if tr.exit_budget_s > 0 else ""
+            bar = self._bar(total=tr.exit_games, desc=f"expert iteration {r}: label ({what}{budget})", unit="game",
+                            budget_s=tr.exit_budget_s or None) if pretrain else None
+            stats = {}
+            cache = self.run_dir / f"exit_rows_{r}.npz"
+            if not pretrain and not cache.exists():
+                self.log(f"expert iteration {r}: no {cache.name} to read back; the prior keeps the earlier rounds")
+                break
+            new_adv, new_strat = heuristic_rows(
+                self.game, tr.exit_games, seed=(self.cfg.run.seed + 1) * 1000003 + r * 7000001,
+                advantage=tr.warm_start_advantage, worlds=tr.exit_worlds, explore=tr.warm_start_explore,
+                procs=tr.warm_start_procs or os.cpu_count() or 1, progress=None if bar is None else bar.update,
+                cache=cache, budget_s=tr.exit_budget_s, stats=stats,
+                blueprint=blueprint_of(self.nets["strategy"]), topk=tr.exit_topk, round=r)
+            if bar is not None:
+                bar.close()
+            adv = {p: {k: np.concatenate([adv[p][k], new_adv[p][k]]) for k in adv[p]} for p in (0, 1)}
+            strat = {k: np.concatenate([strat[k], new_strat[k]]) for k in strat}
+            self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
+            self.warm_start_info[f"exit_games_labelled_{r}"] = stats["games"]
+            self.warm_start_info[f"exit_decisions_{r}"] = len(new_strat["weight"])
+            if not stats["cached"]:
+                self.warm_start_info[f"exit_label_s_{r}"] = stats["seconds"]
+            source = f"read back from {cache}" if stats["cached"] else f"in {stats['seconds']:.0f} s" + (
+                f" (the budget of {tr.exit_budget_s:g} s stopped it)" if stats["budget_hit"] else "")
+            self.log(f"expert iteration {r}: {len(new_strat['weight'])} decisions of {stats['games']} games of the "
+                     f"agent labelled by {what}, {source}; the pool holds {len(strat['weight'])}")
+            if not pretrain:
+                continue
+            # a fresh net on the pooled labels, not the last round's net fine-tuned
+            torch.manual_seed(self.cfg.run.seed * 100003 + 7919 * r)
+            for name in self.nets:
+                self.nets[name] = self._new_net()
+                self.optimizers[name] = _adam(self.nets[name], tr.lr)
+            memories = {name: PriorMix(self._own_memory(name), self.prior[name], tr.warm_start_share)
+                        for name in self.nets}
+            self._pretrain(memories, tag)
+            self.log(f"expert iteration {r}: fresh nets, {self._steps_line()}; "
+                     f"the round took {time.monotonic() - t0:.0f} s")
+        return adv, strat
 
     def _train_value(self, adv):
         """Train the value net on the warm start's games (trainer/value.py); its metrics."""
@@ -277,10 +351,13 @@ class Trainer:
         self.log(value_line(m))
         return m
 
+    def _own_memory(self, name):
+        return self.strat_mem if name == "strategy" else self.adv_mem[int(name[-1])]
+
     def _memory(self, name):
         """What a net trains on: its memory, mixed with the warm-start prior if one is kept."""
         from trainer.warmstart import PriorMix
-        memory = self.strat_mem if name == "strategy" else self.adv_mem[int(name[-1])]
+        memory = self._own_memory(name)
         if self.prior is None:
             return memory
         return PriorMix(memory, self.prior[name], self.cfg.train.warm_start_share)

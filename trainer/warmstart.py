@@ -37,7 +37,7 @@ def teacher_name(tr):
             + (f", {tr.warm_start_explore:g} random moves" if tr.warm_start_explore else ""))
 
 
-def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
+def _play(name, params, seeds, worlds, explore, progress=None, deadline=None, blueprint=None, topk=0):
     """Self-play of the deals `seeds`: ({player: (info uint8 [n, T], mask
     uint8 [n, A], label int64 [n], outcome float32 [n], game int64 [n],
     value info uint8 [m, T], value points float32 [m], value game int64
@@ -55,12 +55,21 @@ def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
     decision (SearchPlayer.decision_rng), so any split of the deals over
     processes gives the same rows. deadline: a time.time() after which no
     game starts and the game in progress is dropped, so the games kept are
-    a prefix of `seeds`, each whole."""
+    a prefix of `seeds`, each whole.
+    blueprint: an expert-iteration round's agent, {"net_spec", "state"} of a
+    strategy net: the agent plays the games (its most likely move, or a
+    random one at the `explore` rate) and the search over it labels every
+    decision (SearchPlayer with the agent as blueprint: its `topk` most
+    likely moves, `worlds` worlds of heuristic playouts)."""
     import time
     import engine
     game = engine.load_game(name, **params)
-    teacher = None
-    if worlds > 0:
+    teacher = agent = None
+    if blueprint is not None:
+        from agents.searcher import SearchPlayer
+        agent = _blueprint_policy(blueprint)
+        teacher = SearchPlayer(game, blueprint=agent, worlds=worlds, topk=topk)
+    elif worlds > 0:
         from agents.searcher import SearchPlayer
         teacher = SearchPlayer(game, worlds=worlds)
     T, A = game.information_state_tensor_size(), game.num_distinct_actions()
@@ -90,6 +99,8 @@ def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
             vrows[1 - p].append((state.information_state_tensor(1 - p), None, OBSERVER))
             if teacher is not None and teacher.last_values is not None:
                 _search_value_rows(state, p, a, teacher.last_values, unseen, pick, vrows[p])
+            if agent is not None:
+                a = agent.step(state)               # the agent plays its own games; the search only labels them
             if explore > 0 and rng.random() < explore:
                 a = int(rng.choice(np.flatnonzero(m)))
             state.apply_action(a)
@@ -120,6 +131,22 @@ def _play(name, params, seeds, worlds, explore, progress=None, deadline=None):
                   np.asarray(vpoints[p], dtype=np.float32), np.asarray(vgame[p], dtype=np.int64),
                   np.asarray(vkind[p], dtype=np.int8))
     return out, finished
+
+
+def _blueprint_policy(blueprint):
+    """The greedy strategy-net policy of an expert-iteration blueprint
+    ({"net_spec", "state"}), on the CPU."""
+    from agents.checkpoint import build_net
+    from agents.policy import AveragePolicy
+    net = build_net({"net_spec": blueprint["net_spec"], "nets": {"strategy": blueprint["state"]}}, "strategy")
+    return AveragePolicy(net, greedy=True)
+
+
+def blueprint_of(net):
+    """An expert-iteration blueprint of a strategy net, for heuristic_rows:
+    its spec and a CPU copy of its weights, which pickle to the labelling
+    processes."""
+    return {"net_spec": net.spec(), "state": {n: v.detach().cpu().clone() for n, v in net.state_dict().items()}}
 
 
 OBSERVER, SEARCH = 0, 1     # kinds of the further value rows (_play)
@@ -166,6 +193,9 @@ _COLUMNS = ("info", "mask", "act", "outcome", "game", "vinfo", "vpoints", "vgame
 
 
 def _play_chunk(args):
+    if args[7] is not None:
+        import torch
+        torch.set_num_threads(1)        # one labelling process a core: the blueprint's forwards stay on it
     return _play(*args)
 
 
@@ -198,7 +228,7 @@ def _write_cache(path, meta, parts, deals):
     write_durably(path, lambda f: np.savez_compressed(f, **arrays))
 
 
-def _play_parallel(name, params, seeds, worlds, explore, procs, progress, deadline):
+def _play_parallel(name, params, seeds, worlds, explore, procs, progress, deadline, blueprint=None, topk=0):
     """_play's chunks of `seeds` over `procs` spawned processes: (the chunks'
     parts in seed order, the deals of the games finished in that order).
     Chunks are handed out a few at a time, and none after the deadline."""
@@ -220,7 +250,8 @@ def _play_parallel(name, params, seeds, worlds, explore, procs, progress, deadli
                 if nxt is None:
                     break
                 k, chunk = nxt
-                pending[pool.submit(_play_chunk, (name, params, chunk, worlds, explore, None, deadline))] = k
+                pending[pool.submit(_play_chunk, (name, params, chunk, worlds, explore, None, deadline,
+                                                  blueprint, topk))] = k
             if not pending:
                 break
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -234,7 +265,7 @@ def _play_parallel(name, params, seeds, worlds, explore, procs, progress, deadli
 
 
 def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress=None, procs=1,
-                   cache=None, budget_s=0.0, stats=None):
+                   cache=None, budget_s=0.0, stats=None, blueprint=None, topk=0, round=0):
     """({player: advantage rows}, strategy rows) of `games` self-play games
     from deals seed, seed + 1, ... Rows are dicts of info (uint8), target
     (float32), mask (uint8) and weight (float32, all 1).
@@ -271,6 +302,9 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     import time
     if not hasattr(game, "heuristic_action"):
         raise ValueError(f"{game.name} has no rule-based policy to warm-start from")
+    if blueprint is not None and (worlds < 1 or topk < 0 or round < 1):
+        raise ValueError(f"an expert-iteration round needs worlds >= 1, topk >= 0 and round >= 1, got {worlds}, "
+                         f"{topk} and {round}")
     if worlds < 0 or not 0.0 <= explore < 1.0:
         raise ValueError(f"worlds must be >= 0 and explore in [0, 1), got {worlds} and {explore}")
     if procs < 1:
@@ -288,6 +322,8 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
             "worlds": int(worlds), "explore": float(explore), "format": 4}
     if budget_s > 0:
         meta["budget_s"] = float(budget_s)      # the games a budget let through are a run's own
+    if blueprint is not None:
+        meta.update(exit_round=int(round), topk=int(topk))
     deadline = time.time() + budget_s if budget_s > 0 else None
     found = _read_cache(cache, meta) if cache is not None else None
     cached = found is not None
@@ -296,10 +332,11 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
         if progress is not None:
             progress(len(deals))
     elif procs == 1 or games < 2:
-        part, played = _play(game.name, params, seeds, worlds, explore, progress, deadline)
+        part, played = _play(game.name, params, seeds, worlds, explore, progress, deadline, blueprint, topk)
         parts, deals = [part], seeds[:played]
     else:
-        parts, deals = _play_parallel(game.name, params, seeds, worlds, explore, procs, progress, deadline)
+        parts, deals = _play_parallel(game.name, params, seeds, worlds, explore, procs, progress, deadline,
+                                      blueprint, topk)
     played = len(deals)
     seconds = time.monotonic() - t0
     if played == 0 and games > 0:

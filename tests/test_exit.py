@@ -1,0 +1,123 @@
+"""Expert iteration after the warm start (issue 28, part 3;
+train.exit_rounds): the agent plays a round's games, a search over it labels
+every decision, the labels join the prior, fresh nets train on the pool, and
+a resumed run reads the rounds back. Real parts: the engine's games, the
+real SearchPlayer, a real training run of configs/smoke.yaml as a
+subprocess."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import engine  # noqa: E402
+from agents.policy import AveragePolicy  # noqa: E402
+from agents.searcher import SearchPlayer  # noqa: E402
+from batcher.networks import MLP  # noqa: E402
+from trainer.warmstart import blueprint_of, heuristic_rows  # noqa: E402
+
+torch.set_num_threads(1)
+SMALL = dict(colours=3, ranks=5, hand_size=4, max_turns=200)
+
+
+def _agent(game, seed=3):
+    torch.manual_seed(seed)
+    return MLP(game.information_state_tensor_size(), game.num_distinct_actions(), (16,),
+               input_scale=game.input_scale()).eval()
+
+
+def test_a_round_plays_the_agents_own_moves_and_labels_each_with_the_search_over_the_agent():
+    game = engine.load_game("lost_cities", **SMALL)
+    net = _agent(game)
+    worlds, topk, seed = 6, 2, 41
+    adv, strat = heuristic_rows(game, 2, seed=seed, advantage=0.2, worlds=worlds, blueprint=blueprint_of(net),
+                                topk=topk, round=1)
+    agent = AveragePolicy(net, greedy=True)
+    search = SearchPlayer(game, blueprint=agent, worlds=worlds, topk=topk)
+    want = {0: [], 1: []}            # per player, in order: (info, the search's label)
+    differ = 0
+    for deal in (seed, seed + 1):
+        state = game.new_initial_state(seed=deal)
+        while not state.is_terminal():
+            p = state.current_player()
+            label, move = search.step(state), agent.step(state)
+            want[p].append((state.information_state_tensor(p).astype(np.uint8), label))
+            differ += label != move
+            state.apply_action(move)            # the agent's move is played, not the label
+    for p in (0, 1):
+        rows = adv[p]
+        assert len(rows["info"]) == len(want[p])
+        np.testing.assert_array_equal(rows["info"], np.stack([i for i, _ in want[p]]))
+        labels = np.array([a for _, a in want[p]])
+        onehot = np.eye(game.num_distinct_actions(), dtype=np.float32)[labels]
+        # +0.2 on the search's move, -0.2 on the other legal moves, 0 on the illegal ones
+        np.testing.assert_array_equal(rows["target"], np.where(rows["mask"] > 0, np.where(onehot > 0, 0.2, -0.2),
+                                                                0.0).astype(np.float32))
+    assert len(strat["target"]) == len(want[0]) + len(want[1])
+    # an untrained agent and a search over it disagree: the rows are the search's labels on the agent's games
+    assert differ > 0
+
+
+def test_a_round_refuses_bad_settings():
+    game = engine.load_game("lost_cities", **SMALL)
+    bp = blueprint_of(_agent(game))
+    for kwargs in (dict(worlds=0, topk=2, round=1), dict(worlds=4, topk=-1, round=1), dict(worlds=4, topk=2, round=0)):
+        with pytest.raises(ValueError, match="an expert-iteration round needs"):
+            heuristic_rows(game, 1, seed=1, advantage=0.2, blueprint=bp, **kwargs)
+
+
+def test_the_config_refuses_expert_iteration_without_a_lasting_prior_and_bad_values():
+    from trainer.config import ConfigError, load_config
+    smoke = ROOT / "configs" / "smoke.yaml"
+    with pytest.raises(ConfigError, match=r"train.exit_rounds: .*warm_start_share > 0 \(got 10 and 0\)"):
+        load_config(smoke, ["train.warm_start_games=10", "train.exit_rounds=1"])
+    with pytest.raises(ConfigError, match=r"train.exit_rounds: .*warm_start_share > 0 \(got 0 and 0.5\)"):
+        load_config(smoke, ["train.warm_start_share=0.5", "train.exit_rounds=1"])
+    for key, bad in (("exit_worlds", 0), ("exit_topk", -1), ("exit_games", 0), ("exit_budget_s", -1),
+                     ("exit_rounds", -1)):
+        with pytest.raises(ConfigError, match=f"train.{key}"):
+            load_config(smoke, ["train.warm_start_games=10", "train.warm_start_share=0.5", f"train.{key}={bad}"])
+    ok = load_config(smoke, ["train.warm_start_games=10", "train.warm_start_share=0.5", "train.exit_rounds=2"])
+    assert (ok.train.exit_rounds, ok.train.exit_worlds, ok.train.exit_topk) == (2, 640, 4)
+
+
+def _trainer(args, timeout=300):
+    r = subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def test_a_run_pools_two_rounds_trains_fresh_nets_and_a_resume_reads_the_rounds_back(tmp_path):
+    from agents.checkpoint import load_checkpoint, prior_checkpoint
+    run_dir = tmp_path / "run"
+    small = ["train.traversals=40", "train.adv_steps=5", "train.strategy_steps=5", "network.hidden=[16]",
+             "eval.lc_games=2", "run.progress=false", "train.warm_start_steps=20", "train.iterations=1",
+             "train.warm_start_games=4", "train.warm_start_share=0.5", "train.exit_rounds=2", "train.exit_games=2",
+             "train.exit_worlds=4", "train.exit_topk=2"]
+    r = _trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), *sum([["--set", s] for s in small], [])])
+    m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert m["exit_games_labelled_1"] == m["exit_games_labelled_2"] == 2
+    assert m["exit_label_s_1"] > 0 and m["warm_start_pretrain_steps_strategy_exit2"] == 20
+    pool = m["warm_start_decisions"]
+    for k in (1, 2):
+        pool += m[f"exit_decisions_{k}"]
+        assert (run_dir / f"exit_rows_{k}.npz").exists()
+        assert f"expert iteration {k}: {m[f'exit_decisions_{k}']} decisions of 2 games" in r.stdout
+        assert f"the pool holds {pool}" in r.stdout
+    assert r.stdout.count("fresh nets, 20 steps per net") == 2
+    # the prior stays the imitation of the warm start's teacher: the nets after the rounds are other nets
+    prior = torch.load(prior_checkpoint(run_dir), weights_only=True)
+    latest = load_checkpoint(run_dir)
+    assert not all(torch.equal(prior["nets"]["strategy"][k], v) for k, v in latest["nets"]["strategy"].items())
+    r = _trainer(["--resume", str(run_dir), "--set", "train.iterations=2", "--set", "run.progress=false"])
+    for k in (1, 2):
+        assert f"exit_rows_{k}.npz" in r.stdout and "read back from" in r.stdout
+    assert f"the pool holds {pool}" in r.stdout and "fresh nets" not in r.stdout
+    assert load_checkpoint(run_dir)["iteration"] == 2
