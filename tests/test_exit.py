@@ -109,8 +109,14 @@ def test_a_run_pools_two_rounds_trains_fresh_nets_and_a_resume_reads_the_rounds_
     for k in (1, 2):
         pool += m[f"exit_decisions_{k}"]
         assert (run_dir / f"exit_rows_{k}.npz").exists()
-        assert f"expert iteration {k}: {m[f'exit_decisions_{k}']} decisions of 2 games" in r.stdout
-        assert f"the pool holds {pool}" in r.stdout
+        assert (f"expert iteration {k}: 2 games of the agent labelled by a 4-world search over the agent's top 2 "
+                f"moves") in r.stdout
+        assert f"1 held out, {m[f'exit_decisions_{k}']} decisions join the pool" in r.stdout
+        # the held-out game scores the agent that played it and the fresh nets
+        for key in ("agree", "mse", "uniform_mse"):
+            assert 0 <= m[f"exit_heldout_{key}_{k}"] and 0 <= m[f"exit_heldout_agent_{key}_{k}"]
+        assert m[f"exit_heldout_uniform_mse_{k}"] > 0
+        assert f"which holds {pool}" in r.stdout
     assert r.stdout.count("fresh nets, 20 steps per net") == 2
     # the prior stays the imitation of the warm start's teacher: the nets after the rounds are other nets
     prior = torch.load(prior_checkpoint(run_dir), weights_only=True)
@@ -119,5 +125,5 @@ def test_a_run_pools_two_rounds_trains_fresh_nets_and_a_resume_reads_the_rounds_
     r = _trainer(["--resume", str(run_dir), "--set", "train.iterations=2", "--set", "run.progress=false"])
     for k in (1, 2):
         assert f"exit_rows_{k}.npz" in r.stdout and "read back from" in r.stdout
-    assert f"the pool holds {pool}" in r.stdout and "fresh nets" not in r.stdout
+    assert f"which holds {pool}" in r.stdout and "fresh nets" not in r.stdout
     assert load_checkpoint(run_dir)["iteration"] == 2

@@ -25,6 +25,11 @@ A wall-clock budget (train.warm_start_budget_s) can end the labelling
 early: the games finished by then are the rows, so a slower box gets fewer
 games in the same minutes instead of more minutes.
 
+Expert iteration (train.exit_rounds, trainer.loop) reuses the same
+labelling with the agent in the teacher's place: the agent plays, and a
+search over its most likely moves (heuristic playouts) labels each decision;
+the rows join the prior's and fresh nets train on the pool.
+
 The heuristic is used here as a starting point and as the playout policy
 only; nothing in training treats it as the opponent to beat.
 """
