@@ -127,3 +127,40 @@ def test_a_run_pools_two_rounds_trains_fresh_nets_and_a_resume_reads_the_rounds_
         assert f"exit_rows_{k}.npz" in r.stdout and "read back from" in r.stdout
     assert f"which holds {pool}" in r.stdout and "fresh nets" not in r.stdout
     assert load_checkpoint(run_dir)["iteration"] == 2
+
+
+def test_the_benchmark_trains_a_fresh_net_per_label_mix_on_the_runs_own_split_and_plays_each(tmp_path, capsys):
+    from benchmarks import lc_exit
+    from trainer.config import config_from_dict
+    from trainer.warmstart import exit_split_seed, hold_out_games, read_rows
+    run_dir = tmp_path / "run"
+    small = ["train.traversals=20", "train.adv_steps=2", "train.strategy_steps=2", "network.hidden=[16]",
+             "eval.lc_games=2", "run.progress=false", "train.warm_start_steps=5", "train.iterations=1",
+             "train.warm_start_games=3", "train.warm_start_share=0.5", "train.exit_rounds=1", "train.exit_games=3",
+             "train.exit_worlds=4", "train.exit_topk=2"]
+    _trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), *sum([["--set", s] for s in small], [])])
+    m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    teacher, rounds, test, cfg = lc_exit.load_labels(run_dir)
+    assert len(teacher["target"]) == m["warm_start_decisions"] and len(rounds["target"]) == m["exit_decisions_1"]
+    adv, strat, _ = read_rows(run_dir / "exit_rows_1.npz", 0.2)
+    _, _, want, held = hold_out_games(adv, strat, 0.1, exit_split_seed(config_from_dict(
+        json.loads((run_dir / "config.json").read_text())), 1))
+    assert len(held) == 1 and np.array_equal(test["info"], want["info"])      # the trainer's own held-out game
+    # mixes: a share of 1 draws only the teacher's rows, 0 only the rounds'
+    mix = lc_exit._Mix(teacher, rounds, 1.0)
+    batch = mix.sample(64, np.random.default_rng(0))
+    rows = {r.tobytes() for r in teacher["info"]}
+    assert all(r.tobytes() in rows for r in batch["info"])
+    batch = lc_exit._Mix(teacher, rounds, 0.0).sample(64, np.random.default_rng(0))
+    rows = {r.tobytes() for r in rounds["info"]}
+    assert all(r.tobytes() in rows for r in batch["info"])
+    out = tmp_path / "out"
+    assert lc_exit.main([str(run_dir), "--teacher-share", "pool", "0", "--steps", "3", "--reference", str(run_dir),
+                         "--opponents", "random", "--games", "2", "--jobs", "1", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())["results"]
+    assert [r["teacher_share"] for r in res] == ["pool", "0"]
+    for r in res:
+        assert r["vs_random_games"] == 2 and f"vs_run:{run_dir}_margin" in r and 0 <= r["heldout_agree"] <= 1
+    assert (out / "share-0.pt").exists() and "teacher share 0: held-out agreement" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        lc_exit.main([str(run_dir), "--teacher-share", "1.5"])

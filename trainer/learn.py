@@ -96,3 +96,21 @@ def held_out_error(net, rows, device="cpu"):
     err = np.where(mask, (pred - target) ** 2, 0.0).sum(axis=1)
     zero = np.where(mask, target ** 2, 0.0).sum(axis=1)
     return {"heldout_mse": float((w * err).sum()), "heldout_zero_mse": float((w * zero).sum())}
+
+
+def label_error(net, rows):
+    """A strategy net on labelled rows (one-hot targets) it has not trained
+    on: {"agree": how often its most likely legal move is the label, "mse":
+    the squared error of its probabilities against the one-hot label,
+    summed over the legal moves, "uniform_mse": the same for the uniform
+    policy over the legal moves}. NaN for no rows."""
+    from agents.probs import policy_probs
+    if len(rows["target"]) == 0:
+        return {"agree": float("nan"), "mse": float("nan"), "uniform_mse": float("nan")}
+    mask = np.asarray(rows["mask"]) > 0
+    probs = policy_probs(net, np.asarray(rows["info"]).astype(np.float32), rows["mask"])
+    uniform = mask / mask.sum(axis=1, keepdims=True)
+    target = np.asarray(rows["target"], dtype=np.float64)
+    return {"agree": float((probs.argmax(axis=1) == target.argmax(axis=1)).mean()),
+            "mse": float(np.where(mask, (probs - target) ** 2, 0.0).sum(axis=1).mean()),
+            "uniform_mse": float(np.where(mask, (uniform - target) ** 2, 0.0).sum(axis=1).mean())}

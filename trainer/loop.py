@@ -289,8 +289,8 @@ class Trainer:
         lasting prior. The rows of round r are kept in exit_rows_r.npz, so a
         resumed run (pretrain False) reads them back into its prior. Returns
         the pooled (adv, strat) rows."""
-        from trainer.value import split_by_game
-        from trainer.warmstart import PriorMix, blueprint_of, heuristic_rows
+        from trainer.learn import label_error
+        from trainer.warmstart import PriorMix, blueprint_of, exit_split_seed, heuristic_rows, hold_out_games
         tr = self.cfg.train
         for r in range(1, tr.exit_rounds + 1):
             t0 = time.monotonic()
@@ -313,15 +313,9 @@ class Trainer:
             if bar is not None:
                 bar.close()
             # a tenth of the round's games is held out whole, to score the fresh nets on games they never saw
-            games_of = np.concatenate([new_adv[0]["game"], new_adv[1]["game"]])      # strategy rows: player 0's, then 1's
-            _, held = split_by_game({"game": games_of}, 0.1, seed=self.cfg.run.seed * 7919 + r)
-            held = np.unique(held["game"])
-            test = _keep_games({**new_strat, "game": games_of}, held, keep=True)
-            new_adv = {p: _keep_games(new_adv[p], held, keep=False) for p in (0, 1)}
-            new_strat = _keep_games({**new_strat, "game": games_of}, held, keep=False)
-            del new_strat["game"]
+            new_adv, new_strat, test, held = hold_out_games(new_adv, new_strat, 0.1, exit_split_seed(self.cfg, r))
             if pretrain:
-                before = _label_error(self.nets["strategy"], test)       # the agent whose games these are
+                before = label_error(self.nets["strategy"], test)       # the agent whose games these are
                 self.warm_start_info.update({f"exit_heldout_agent_{k}_{r}": v for k, v in before.items()})
             adv = {p: {k: np.concatenate([adv[p][k], new_adv[p][k]]) for k in adv[p]} for p in (0, 1)}
             strat = {k: np.concatenate([strat[k], new_strat[k]]) for k in strat}
@@ -345,7 +339,7 @@ class Trainer:
             memories = {name: PriorMix(self._own_memory(name), self.prior[name], tr.warm_start_share)
                         for name in self.nets}
             self._pretrain(memories, tag)
-            score = _label_error(self.nets["strategy"], test)
+            score = label_error(self.nets["strategy"], test)
             self.warm_start_info.update({f"exit_heldout_{k}_{r}": v for k, v in score.items()})
             self.log(f"expert iteration {r}: fresh nets, {self._steps_line()}; "
                      f"the round took {time.monotonic() - t0:.0f} s")
@@ -601,36 +595,6 @@ class Trainer:
             if sup is not None:
                 sup.close()
             server.close()
-
-
-def _keep_games(rows, games, keep):
-    """Rows of (keep True) or without (keep False) the games `games`: the
-    columns as long as rows["game"] by it, the value_* columns (their own
-    length) by value_game."""
-    out = {}
-    sel = np.isin(rows["game"], games)
-    vsel = np.isin(rows["value_game"], games) if "value_game" in rows else None
-    for k, v in rows.items():
-        m = vsel if k.startswith("value_") else sel
-        out[k] = v[m if keep else ~m]
-    return out
-
-
-def _label_error(net, rows):
-    """A strategy net on labelled rows it has not trained on: {"agree": how
-    often its most likely move is the label, "mse": the squared error of its
-    probabilities against the one-hot label, summed over the legal moves,
-    "uniform_mse": the same for the uniform policy over the legal moves}."""
-    from agents.probs import policy_probs
-    if len(rows["target"]) == 0:
-        return {"agree": float("nan"), "mse": float("nan"), "uniform_mse": float("nan")}
-    mask = rows["mask"] > 0
-    probs = policy_probs(net, rows["info"].astype(np.float32), rows["mask"])
-    uniform = mask / mask.sum(axis=1, keepdims=True)
-    target = rows["target"].astype(np.float64)
-    return {"agree": float((probs.argmax(axis=1) == target.argmax(axis=1)).mean()),
-            "mse": float(np.where(mask, (probs - target) ** 2, 0.0).sum(axis=1).mean()),
-            "uniform_mse": float(np.where(mask, (uniform - target) ** 2, 0.0).sum(axis=1).mean())}
 
 
 def _ordered(chunks):

@@ -352,6 +352,26 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     if stats is not None:
         stats.update(games=played, deals=deals, seconds=seconds, cached=cached,
                      budget_hit=not cached and played < games)
+    return _rows(parts, advantage)
+
+
+def read_rows(path, advantage):
+    """(adv, strategy rows, meta) of the labelled games a run keeps at `path`
+    (RUN/warm_start_rows.npz, RUN/exit_rows_R.npz), the rows as
+    heuristic_rows returns them, whoever labelled them; meta says how they
+    were labelled."""
+    import json
+    with np.load(path) as z:
+        meta = json.loads(str(z["meta"]))
+        if meta.get("format") != 4:
+            raise ValueError(f"{path}: labelled rows of format {meta.get('format')!r}, not 4")
+        part = {p: tuple(z[f"{name}{p}"] for name in _COLUMNS) for p in (0, 1)}
+    adv, strategy = _rows([part], advantage)
+    return adv, strategy, meta
+
+
+def _rows(parts, advantage):
+    """heuristic_rows' (adv, strategy) rows of _play's parts."""
     adv = {}
     strat = []
     for p in (0, 1):
@@ -372,6 +392,35 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
         strat.append({**rows, "target": onehot})
     strategy = {k: np.concatenate([s[k] for s in strat]) for k in strat[0]}
     return adv, strategy
+
+
+def exit_split_seed(cfg, r):
+    """The seed of expert-iteration round r's held-out games in a run of config `cfg`."""
+    return cfg.run.seed * 7919 + r
+
+
+def hold_out_games(adv, strat, share, seed):
+    """(adv, strat, held-out strategy rows, held-out games): a `share` of
+    the games of heuristic_rows' rows held out whole
+    (trainer.value.split_by_game), every column of theirs out of adv and
+    strat, the value rows included."""
+    from trainer.value import split_by_game
+    games_of = np.concatenate([adv[0]["game"], adv[1]["game"]])     # strategy rows: player 0's, then player 1's
+    _, held = split_by_game({"game": games_of}, share, seed=seed)
+    held = np.unique(held["game"])
+    test = _keep_games({**strat, "game": games_of}, held, keep=True)
+    strat = _keep_games({**strat, "game": games_of}, held, keep=False)
+    del strat["game"], test["game"]
+    return {p: _keep_games(adv[p], held, keep=False) for p in (0, 1)}, strat, test, held
+
+
+def _keep_games(rows, games, keep):
+    """Rows of (keep True) or without (keep False) the games `games`: the
+    columns as long as rows["game"] by it, the value_* columns (their own
+    length) by value_game."""
+    sel = np.isin(rows["game"], games)
+    vsel = np.isin(rows["value_game"], games) if "value_game" in rows else None
+    return {k: v[(vsel if k.startswith("value_") else sel) == keep] for k, v in rows.items()}
 
 
 class PriorMix:
