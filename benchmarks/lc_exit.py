@@ -80,7 +80,7 @@ def load_labels(run):
     return teacher, cat(rounds), cat(tests), cfg
 
 
-def train_one(share, teacher, rounds, cfg, prior, steps, seed):
+def train_one(share, teacher, rounds, cfg, prior, steps, seed, lr_decay=False):
     """A fresh strategy net of the prior's shape, trained as the trainer's
     pretraining trains it, on the mix `share`: (net, final loss)."""
     import engine
@@ -94,7 +94,7 @@ def train_one(share, teacher, rounds, cfg, prior, steps, seed):
     opt = torch.optim.Adam(net.parameters(), lr=cfg.train.lr)
     augment = ColourAugment(game) if cfg.train.augment_colours else None
     loss = train_net(net, _Mix(teacher, rounds, share, augment), steps, cfg.train.batch_size, opt, "cpu",
-                     np.random.default_rng(seed), strategy_loss, cfg.train.grad_clip)
+                     np.random.default_rng(seed), strategy_loss, cfg.train.grad_clip, cosine_decay=lr_decay)
     return net.eval(), loss
 
 
@@ -109,6 +109,8 @@ def main(argv=None):
     ap.add_argument("--opponents", default="heuristic,cautious", help="further opponents (agents.evaluate)")
     ap.add_argument("--games", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0, help="the nets' seed")
+    ap.add_argument("--lr-decay", action="store_true",
+                    help="cosine decay of the learning rate to 0 over the steps (the pretraining has none)")
     ap.add_argument("--match-seed", type=int, default=777)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="lc_exit", help="folder for the nets' checkpoints and results.json")
@@ -134,7 +136,8 @@ def main(argv=None):
     results = []
     for s in shares:
         t0 = time.perf_counter()
-        net, loss = train_one(None if s == "pool" else float(s), teacher, rounds, cfg, prior, steps, args.seed)
+        net, loss = train_one(None if s == "pool" else float(s), teacher, rounds, cfg, prior, steps, args.seed,
+                              args.lr_decay)
         score = label_error(net, test)
         path = out / f"share-{s}.pt"
         payload = {k: v for k, v in prior.items() if k not in ("path", "prior")}

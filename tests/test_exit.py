@@ -156,7 +156,7 @@ def test_the_benchmark_trains_a_fresh_net_per_label_mix_on_the_runs_own_split_an
     assert all(r.tobytes() in rows for r in batch["info"])
     out = tmp_path / "out"
     assert lc_exit.main([str(run_dir), "--teacher-share", "pool", "0", "--steps", "3", "--reference", str(run_dir),
-                         "--opponents", "random", "--games", "2", "--jobs", "1", "--out", str(out)]) == 0
+                         "--opponents", "random", "--games", "2", "--jobs", "1", "--out", str(out), "--lr-decay"]) == 0
     res = json.loads((out / "results.json").read_text())["results"]
     assert [r["teacher_share"] for r in res] == ["pool", "0"]
     for r in res:
