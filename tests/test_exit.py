@@ -164,3 +164,33 @@ def test_the_benchmark_trains_a_fresh_net_per_label_mix_on_the_runs_own_split_an
     assert (out / "share-0.pt").exists() and "teacher share 0: held-out agreement" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         lc_exit.main([str(run_dir), "--teacher-share", "1.5"])
+
+
+@pytest.mark.parametrize("decay", [False, True])
+def test_pretraining_anneals_the_learning_rate_to_zero_only_with_warm_start_lr_decay(tmp_path, decay):
+    from trainer.config import load_config
+    from trainer.loop import Trainer
+    from trainer.value import Rows
+    cfg = load_config(ROOT / "configs" / "smoke.yaml", [
+        "network.hidden=[16]", "train.warm_start_games=2", "train.warm_start_steps=20", "train.batch_size=16",
+        f"train.warm_start_lr_decay={str(decay).lower()}", "run.progress=false"])
+    trainer = Trainer(cfg, tmp_path / "run", log=lambda *a: None)
+    adv, strat = heuristic_rows(trainer.game, 2, seed=5, advantage=0.2)
+    seen = {name: [] for name in trainer.optimizers}
+    for name, opt in trainer.optimizers.items():
+        step = opt.step
+
+        def recorded(*a, _opt=opt, _step=step, _seen=seen[name], **k):
+            _seen.append(_opt.param_groups[0]["lr"])
+            return _step(*a, **k)
+        opt.step = recorded
+    trainer.warm_start_info = {}
+    trainer._pretrain({"adv0": Rows(adv[0]), "adv1": Rows(adv[1]), "strategy": Rows(strat)}, "")
+    for name, lrs in seen.items():
+        assert len(lrs) == 20 and lrs[0] == pytest.approx(cfg.train.lr)
+        if decay:
+            assert all(b < a for a, b in zip(lrs, lrs[1:])) and lrs[-1] < 0.01 * cfg.train.lr
+        else:
+            assert lrs == [cfg.train.lr] * 20
+        assert trainer.optimizers[name].param_groups[0]["lr"] == pytest.approx(cfg.train.lr)    # restored after
+    assert trainer.warm_start_info["warm_start_pretrain_steps_strategy"] == 20

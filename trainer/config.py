@@ -84,6 +84,8 @@ class TrainSection:
     """Processes that play the warm-start games (0: one per CPU core). The rows do not depend on it."""
     warm_start_budget_s: float = 0.0
     """Wall-clock budget of the warm start's labelling, in seconds (0 = none): no game starts once it is spent and the game in play is dropped, so the prior holds the games finished in time, at most warm_start_games. A run then lasts about as long on a slower box, with fewer labelled games (metrics.jsonl's warm_start_games_labelled says how many)."""
+    warm_start_lr_decay: bool = False
+    """Cosine-anneal the learning rate to 0 over each net's warm_start_steps of pretraining (and of each expert-iteration round's). A budget that stops the steps early stops the decay part-way."""
     warm_start_pretrain_budget_s: float = 0.0
     """Wall-clock budget of the warm start's pretraining, in seconds (0 = none): each of the three nets stops after warm_start_steps or a third of this, whichever comes first."""
     value_steps: int = 0

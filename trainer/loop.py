@@ -266,7 +266,8 @@ class Trainer:
                 train_net(self.nets[name], memories[name], tr.warm_start_steps, tr.batch_size,
                           self.optimizers[name], self.device, self.np_rng,
                           strategy_loss if name == "strategy" else advantage_loss, tr.grad_clip,
-                          bar, augment=self.augment, deadline=deadline, stats=done))
+                          bar, cosine_decay=tr.warm_start_lr_decay, augment=self.augment, deadline=deadline,
+                          stats=done))
             if bar is not None:
                 bar.close()
             steps.append(done.get("steps", 0))
