@@ -235,9 +235,9 @@ class Trainer:
             if tr.exit_rounds > 0:
                 adv, strat = self._exit_rounds(adv, strat, pretrain=False)
             return self.warm_start_info
-        self._pretrain(memories, "")
+        trained = self._pretrain(memories, "")
         self.log(f"warm start: {len(adv[0]['weight']) + len(adv[1]['weight'])} decisions from "
-                 f"{games} games, {self._steps_line()} in {time.monotonic() - t0:.0f} s"
+                 f"{games} games, {trained} in {time.monotonic() - t0:.0f} s"
                  + (f"; kept as {tr.warm_start_share:g} of every batch" if tr.warm_start_share > 0 else ""))
         if self.value_net is not None and tr.exit_rounds == 0:
             self.warm_start_info.update(self._train_value(adv))
@@ -252,17 +252,18 @@ class Trainer:
     def _pretrain(self, memories, tag):
         """Train each net warm_start_steps steps (or a third of
         warm_start_pretrain_budget_s) on `memories`; the steps and time go
-        into warm_start_info under warm_start_pretrain_*{tag}."""
+        into warm_start_info under warm_start_pretrain_*{tag}. Returns the
+        steps and final losses in words, for the log."""
         tr = self.cfg.train
         t1 = time.monotonic()
-        self.pretrain_losses, steps = [], []
+        losses, steps = [], []
         for i, name in enumerate(("adv0", "adv1", "strategy")):
             # a pretraining budget is shared out evenly: each net gets a third of it
             deadline = t1 + (i + 1) * tr.warm_start_pretrain_budget_s / 3 if tr.warm_start_pretrain_budget_s > 0 else None
             bar = self._bar(total=tr.warm_start_steps, desc=f"warm start: pretrain {name}{tag}", unit="step",
                             budget_s=None if deadline is None else deadline - time.monotonic())
             done = {}
-            self.pretrain_losses.append(
+            losses.append(
                 train_net(self.nets[name], memories[name], tr.warm_start_steps, tr.batch_size,
                           self.optimizers[name], self.device, self.np_rng,
                           strategy_loss if name == "strategy" else advantage_loss, tr.grad_clip,
@@ -271,13 +272,9 @@ class Trainer:
             if bar is not None:
                 bar.close()
             steps.append(done.get("steps", 0))
-        self.pretrain_steps = steps
         self.warm_start_info.update({f"warm_start_pretrain_steps_{name}{tag}": n
                                      for name, n in zip(("adv0", "adv1", "strategy"), steps)})
         self.warm_start_info[f"warm_start_pretrain_s{tag}"] = time.monotonic() - t1
-
-    def _steps_line(self):
-        steps, losses = self.pretrain_steps, self.pretrain_losses
         per_net = f"{steps[0]} steps per net" if len(set(steps)) == 1 else f"{'/'.join(map(str, steps))} steps"
         return f"{per_net} (losses {', '.join('-' if x is None else f'{x:.4g}' for x in losses)})"
 
@@ -291,7 +288,7 @@ class Trainer:
         resumed run (pretrain False) reads them back into its prior. Returns
         the pooled (adv, strat) rows."""
         from trainer.learn import label_error
-        from trainer.warmstart import PriorMix, blueprint_of, exit_split_seed, heuristic_rows, hold_out_games
+        from trainer.warmstart import blueprint_of, exit_split_seed, heuristic_rows, hold_out_games
         tr = self.cfg.train
         for r in range(1, tr.exit_rounds + 1):
             t0 = time.monotonic()
@@ -337,12 +334,10 @@ class Trainer:
             for name in self.nets:
                 self.nets[name] = self._new_net()
                 self.optimizers[name] = _adam(self.nets[name], tr.lr)
-            memories = {name: PriorMix(self._own_memory(name), self.prior[name], tr.warm_start_share)
-                        for name in self.nets}
-            self._pretrain(memories, tag)
+            trained = self._pretrain({name: self._memory(name) for name in self.nets}, tag)
             score = label_error(self.nets["strategy"], test)
             self.warm_start_info.update({f"exit_heldout_{k}_{r}": v for k, v in score.items()})
-            self.log(f"expert iteration {r}: fresh nets, {self._steps_line()}; "
+            self.log(f"expert iteration {r}: fresh nets, {trained}; "
                      f"the round took {time.monotonic() - t0:.0f} s")
             self.log(f"expert iteration {r}: on {len(held)} held-out games of the round the search's move is the "
                      f"most likely of the fresh strategy net at {score['agree']:.1%} of the decisions (the agent "
@@ -365,13 +360,10 @@ class Trainer:
         self.log(value_line(m))
         return m
 
-    def _own_memory(self, name):
-        return self.strat_mem if name == "strategy" else self.adv_mem[int(name[-1])]
-
     def _memory(self, name):
         """What a net trains on: its memory, mixed with the warm-start prior if one is kept."""
         from trainer.warmstart import PriorMix
-        memory = self._own_memory(name)
+        memory = self.strat_mem if name == "strategy" else self.adv_mem[int(name[-1])]
         if self.prior is None:
             return memory
         return PriorMix(memory, self.prior[name], self.cfg.train.warm_start_share)
