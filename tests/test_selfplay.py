@@ -1,0 +1,133 @@
+"""Self-play policy-gradient fine-tuning (trainer/selfplay.py): the waves are
+real games of the engine played by the net, the advantages follow GAE by
+hand, and a PPO step moves probability toward what scored. Real parts: the
+engine's StateBatch, real torch nets and Adam steps."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import engine  # noqa: E402
+from batcher.networks import MLP  # noqa: E402
+from trainer.selfplay import SelfPlay, SelfPlaySettings, masked_log_softmax  # noqa: E402
+
+torch.set_num_threads(1)
+SMALL = dict(colours=3, ranks=5, hand_size=4, max_turns=200)
+
+
+def _net(game, seed=3):
+    torch.manual_seed(seed)
+    return MLP(game.information_state_tensor_size(), game.num_distinct_actions(), (16,),
+               input_scale=game.input_scale()).eval()
+
+
+def test_a_wave_is_whole_games_of_legal_moves_with_the_nets_own_log_probabilities():
+    game = engine.load_game("lost_cities", **SMALL)
+    net = _net(game)
+    tuner = SelfPlay(game, net, SelfPlaySettings(games=5), seed=7)
+    wave, returns = tuner.play_wave()
+    assert returns.shape == (5, 2)
+    for row, deal in enumerate(wave["deals"]):
+        state = game.new_initial_state(seed=int(deal))
+        mine = np.flatnonzero(wave["row"] == row)
+        assert np.all(np.diff(wave["step"][mine]) >= 0)
+        for i in mine:
+            p = state.current_player()
+            assert wave["player"][i] == p
+            np.testing.assert_array_equal(wave["info"][i], np.asarray(state.information_state_tensor(p), np.float32))
+            np.testing.assert_array_equal(wave["mask"][i], np.asarray(state.legal_actions_mask(), bool))
+            a = int(wave["action"][i])
+            assert a in state.legal_actions()
+            with torch.no_grad():
+                lp = masked_log_softmax(net(torch.from_numpy(wave["info"][i:i + 1])),
+                                        torch.from_numpy(wave["mask"][i:i + 1]))[0, a]
+            assert wave["logp"][i] == pytest.approx(float(lp), abs=1e-5)
+            state.apply_action(a)
+        assert state.is_terminal()                 # the row's decisions are its whole game
+        np.testing.assert_array_equal(returns[row], state.returns())
+    assert tuner.games_played == 5 and tuner.decisions == len(wave["action"])
+
+
+def _toy_wave():
+    # game 0: player 0 at steps 0 and 2, player 1 at step 1; game 1: player 1 at step 0, player 0 at step 1
+    wave = {"row": np.array([0, 1, 0, 1, 0]), "player": np.array([0, 1, 1, 0, 0], np.int8),
+            "step": np.array([0, 0, 1, 1, 2])}
+    values = np.array([0.1, -0.2, 0.3, 0.05, 0.4], np.float32)
+    returns = np.array([[30.0, -30.0], [-10.0, 10.0]])          # points; value_scale 0.01
+    return wave, values, returns
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5, 1.0])
+def test_advantages_are_gae_along_each_players_own_decisions(lam):
+    game = engine.load_game("lost_cities", **SMALL)
+    tuner = SelfPlay(game, _net(game), SelfPlaySettings(games=2, lam=lam))
+    wave, v, ret = _toy_wave()
+    adv, target = tuner.advantages(wave, ret, v)
+    v = v.astype(np.float64)
+    # game 0, player 0: decisions 0 then 4, return 0.3
+    d4 = 0.3 - v[4]
+    d0 = v[4] - v[0]
+    want = np.zeros(5)
+    want[4] = d4
+    want[0] = d0 + lam * d4
+    want[2] = -0.3 - v[2]                 # game 0, player 1: one decision
+    want[1] = 0.1 - v[1]                  # game 1, player 1: one decision, return +0.1
+    want[3] = -0.1 - v[3]                 # game 1, player 0
+    np.testing.assert_allclose(adv, want, atol=1e-6)
+    np.testing.assert_allclose(target, want + v, atol=1e-6)
+    if lam == 1.0:                         # Monte Carlo: the target is the return itself
+        np.testing.assert_allclose(target, [0.3, 0.1, -0.3, -0.1, 0.3], atol=1e-6)
+
+
+def test_a_ppo_step_moves_probability_toward_the_move_that_scored():
+    game = engine.load_game("lost_cities", **SMALL)
+    net = _net(game)
+    tuner = SelfPlay(game, net, SelfPlaySettings(games=4, lr=1e-2, epochs=1, target_kl=0, minibatch=10_000), seed=1)
+    wave, _ = tuner.play_wave()
+    n = len(wave["action"])
+    i = int(np.flatnonzero(wave["mask"].sum(1) >= 2)[0])         # a decision with a choice
+    adv = np.full(n, -0.01)
+    adv[i] = 1.0                                                  # only that move paid
+    rows = slice(i, i + 1)
+
+    def logp():
+        with torch.no_grad():
+            lp = masked_log_softmax(net(torch.from_numpy(wave["info"][rows])), torch.from_numpy(wave["mask"][rows]))
+        return float(lp[0, wave["action"][i]])
+
+    before = logp()
+    assert before == pytest.approx(float(wave["logp"][i]), abs=1e-5)
+    tuner.update(wave, adv, np.zeros(n))
+    assert logp() > before
+    # the critic-only update leaves the policy as it is
+    frozen = [p.detach().clone() for p in net.parameters()]
+    tuner.update(wave, adv, np.zeros(n), policy=False)
+    assert all(torch.equal(a, b) for a, b in zip(frozen, net.parameters()))
+
+
+def test_run_trains_the_critic_first_then_the_policy_and_reports_its_totals():
+    game = engine.load_game("lost_cities", **SMALL)
+    net = _net(game)
+    start = [p.detach().clone() for p in net.parameters()]
+    tuner = SelfPlay(game, net, SelfPlaySettings(games=3, critic_waves=1), seed=2)
+    lines = []
+    tuner.run(waves=1, log=lines.append)
+    assert all(torch.equal(a, b) for a, b in zip(start, net.parameters()))     # wave 1: the critic only
+    assert "critic only" in lines[0]
+    stats = tuner.run(waves=1, log=lines.append)
+    assert not all(torch.equal(a, b) for a, b in zip(start, net.parameters()))
+    assert stats["selfplay_waves"] == 2 and stats["selfplay_games"] == 6
+    assert "kl" in lines[1] and np.isfinite(stats["selfplay_kl"]) and np.isfinite(stats["selfplay_entropy"])
+    with pytest.raises(ValueError, match="budget"):
+        tuner.run()
+
+
+@pytest.mark.parametrize("field,value", [("games", 0), ("lam", 1.5), ("clip", 0.0), ("lr", -1.0)])
+def test_bad_settings_are_refused_by_name(field, value):
+    with pytest.raises(ValueError, match=f"{field}="):
+        SelfPlaySettings(**{field: value}).check()

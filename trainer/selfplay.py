@@ -1,0 +1,274 @@
+"""Self-play policy-gradient fine-tuning of a strategy net (PPO), for games
+with a StateBatch (Lost Cities).
+
+    tuner = SelfPlay(game, strategy_net, SelfPlaySettings(lr=5e-5), seed=0)
+    stats = tuner.run(budget_s=600, log=print)     # waves until the budget is spent
+    python -m benchmarks.lc_selfplay RUN --budget-s 600 --out tuned.pt
+
+The strategy net is the agent (its greedy read-out is what is judged); after
+the warm start it imitates a search teacher and cannot play better than the
+teacher's heuristic playouts value its moves. Here it plays itself and learns
+from the outcomes instead:
+
+  1. a wave: `games` deals played to the end in one StateBatch, both seats
+     sampled from the current net, one batched forward per seat per step
+     (the moves, encodings and the deals' bookkeeping are nogil C loops in
+     engine._batch; Python runs once per step of the whole wave);
+  2. each decision's return is the final score difference for the player
+     who made it, times `value_scale`; a critic (an MLP on the same info
+     state, trained alongside) gives V(s), and the advantage is GAE(lambda)
+     along that player's own decisions (no reward before the end);
+  3. `epochs` passes of clipped-ratio PPO over the wave in minibatches, the
+     advantages normalised per wave; an epoch stops early once the mean KL
+     from the wave's policy exceeds `target_kl`.
+
+The first `critic_waves` waves train only the critic, so that the first
+policy steps see a baseline and not the raw, noisy returns.
+"""
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from batcher.networks import MLP
+
+
+@dataclass
+class SelfPlaySettings:
+    games: int = 512             # deals played together in one wave
+    epochs: int = 2              # PPO passes over a wave
+    minibatch: int = 4096
+    lr: float = 5e-5             # the strategy net's Adam learning rate
+    critic_lr: float = 1e-3
+    clip: float = 0.2            # PPO ratio clip
+    lam: float = 0.95            # GAE lambda along a player's decisions (1: Monte Carlo returns)
+    value_scale: float = 0.01    # score points -> about [-1, 1]
+    entropy: float = 0.0         # entropy bonus
+    target_kl: float = 0.02      # stop a wave's epochs once the mean KL passes it (0: never)
+    critic_waves: int = 3        # waves that train only the critic first
+    critic_hidden: tuple = (256, 256)
+    grad_clip: float = 1.0
+
+    def check(self):
+        bad = [name for name, ok in (
+            ("games", self.games >= 1), ("epochs", self.epochs >= 1), ("minibatch", self.minibatch >= 1),
+            ("lr", self.lr > 0), ("critic_lr", self.critic_lr > 0), ("clip", self.clip > 0),
+            ("lam", 0 <= self.lam <= 1), ("value_scale", self.value_scale > 0), ("entropy", self.entropy >= 0),
+            ("target_kl", self.target_kl >= 0), ("critic_waves", self.critic_waves >= 0),
+            ("grad_clip", self.grad_clip >= 0)) if not ok]
+        if bad:
+            raise ValueError(f"bad self-play settings: {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
+        return self
+
+
+def masked_log_softmax(logits, mask):
+    """log-probabilities over the legal actions (mask bool); -inf elsewhere."""
+    return torch.log_softmax(logits.masked_fill(~mask, float("-inf")), dim=1)
+
+
+class SelfPlay:
+    """PPO self-play on `net` (a strategy MLP: info state -> logits per
+    action), fine-tuned in place. `seed` fixes the deals, the sampled moves
+    and the minibatch order."""
+
+    def __init__(self, game, net, settings=None, seed=0, device="cpu"):
+        from engine._batch import StateBatch
+        self.settings = (settings or SelfPlaySettings()).check()
+        self.game = game
+        self.net = net
+        self.device = torch.device(device)
+        s = self.settings
+        T, A = game.information_state_tensor_size(), game.num_distinct_actions()
+        self.T, self.A = T, A
+        self.batch = StateBatch(game, s.games)
+        self.info = np.zeros((s.games, T), np.float32)
+        self.mask = np.zeros((s.games, A), np.uint8)
+        self.critic = MLP(T, 1, s.critic_hidden, input_scale=net.input_scale.detach().cpu()).to(self.device)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=s.critic_lr)
+        self.rng = np.random.default_rng([seed, 0x5E1F])
+        self.seed = int(seed)
+        self.waves = 0
+        self.games_played = 0
+        self.decisions = 0
+
+    # ---- playing
+    def play_wave(self):
+        """One wave of self-play: a dict of the decisions in the order they
+        were made (info float32 [N, T], mask bool [N, A], action, logp of
+        the action under the wave's policy, player, game row, step; and
+        deals [games], each row's deal seed) and the returns float64
+        [games, 2] in points."""
+        s, b = self.settings, self.batch
+        deals = self.rng.integers(1 << 62, size=s.games)
+        for i, deal in enumerate(deals):
+            b.set(i, self.game.new_initial_state(seed=int(deal)))
+        cols = {k: [] for k in ("info", "mask", "action", "logp", "player", "row", "step")}
+        step = 0
+        self.net.eval()
+        while True:
+            players = b.current_players()
+            if not (players >= 0).any():
+                break
+            for p in (0, 1):
+                rows = np.flatnonzero(players == p).astype(np.int32)
+                m = len(rows)
+                if m == 0:
+                    continue
+                b.encode(rows, p, self.info, self.mask)
+                info = self.info[:m].copy()
+                mask = self.mask[:m].astype(bool)
+                with torch.inference_mode():
+                    x = torch.from_numpy(info).to(self.device)
+                    logp_all = masked_log_softmax(self.net(x), torch.from_numpy(mask).to(self.device))
+                    logp_all = logp_all.to("cpu", torch.float64).numpy()
+                probs = np.exp(logp_all)
+                cum = np.cumsum(probs, axis=1)
+                u = self.rng.random(m) * cum[:, -1]
+                acts = np.minimum((cum > u[:, None]).argmax(axis=1), self.A - 1)
+                acts = np.where(mask[np.arange(m), acts], acts, logp_all.argmax(axis=1))   # rounding at the top
+                b.apply(rows, acts)
+                cols["info"].append(info)
+                cols["mask"].append(mask)
+                cols["action"].append(acts.astype(np.int64))
+                cols["logp"].append(logp_all[np.arange(m), acts].astype(np.float32))
+                cols["player"].append(np.full(m, p, np.int8))
+                cols["row"].append(rows)
+                cols["step"].append(np.full(m, step, np.int32))
+            step += 1
+        returns = np.stack([b.returns(0), b.returns(1)], axis=1)
+        wave = {k: np.concatenate(v) for k, v in cols.items()}
+        wave["deals"] = deals
+        self.games_played += s.games
+        self.decisions += len(wave["action"])
+        return wave, returns
+
+    # ---- targets
+    def values(self, info):
+        out = np.empty(len(info), np.float32)
+        self.critic.eval()
+        with torch.inference_mode():
+            for i in range(0, len(info), 16384):
+                x = torch.from_numpy(info[i:i + 16384]).to(self.device)
+                out[i:i + 16384] = self.critic(x)[:, 0].cpu().numpy()
+        return out
+
+    def advantages(self, wave, returns, values):
+        """(GAE advantages, critic targets) of every decision: along each
+        (game, player)'s decisions from the last back, delta = V(next) -
+        V(s), with V after a player's last decision its scaled return."""
+        s = self.settings
+        n = len(values)
+        nxt = (returns * s.value_scale).astype(np.float64)        # [games, 2]: the value after the last decision
+        gae = np.zeros_like(nxt)
+        adv = np.zeros(n, np.float64)
+        order = np.lexsort((np.arange(n), wave["step"]))[::-1]     # latest decision first
+        steps = wave["step"][order]
+        bounds = np.flatnonzero(np.diff(steps)) + 1
+        for idx in np.split(order, bounds):
+            r, p = wave["row"][idx], wave["player"][idx]
+            v = values[idx].astype(np.float64)
+            delta = nxt[r, p] - v
+            gae[r, p] = delta + s.lam * gae[r, p]
+            adv[idx] = gae[r, p]
+            nxt[r, p] = v
+        return adv, adv + values
+
+    # ---- learning
+    def update(self, wave, adv, target, policy=True):
+        s = self.settings
+        n = len(adv)
+        norm = (adv - adv.mean()) / (adv.std() + 1e-8)
+        dev = self.device
+        info = torch.from_numpy(wave["info"]).to(dev)
+        mask = torch.from_numpy(wave["mask"]).to(dev)
+        act = torch.from_numpy(wave["action"]).to(dev)
+        old = torch.from_numpy(wave["logp"]).to(dev)
+        nadv = torch.from_numpy(norm.astype(np.float32)).to(dev)
+        tgt = torch.from_numpy(target.astype(np.float32)).to(dev)
+        stats = {"critic_mse": [], "kl": [], "clipped": [], "entropy": []}
+        self.net.train()
+        self.critic.train()
+        stop = False
+        for _ in range(s.epochs):
+            perm = torch.from_numpy(self.rng.permutation(n)).to(dev)
+            for i in range(0, n, s.minibatch):
+                j = perm[i:i + s.minibatch]
+                v = self.critic(info[j])[:, 0]
+                closs = ((v - tgt[j]) ** 2).mean()
+                self.critic_opt.zero_grad(set_to_none=True)
+                closs.backward()
+                if s.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(self.critic.parameters(), s.grad_clip)
+                self.critic_opt.step()
+                stats["critic_mse"].append(float(closs.detach()))
+                if not policy:
+                    continue
+                logp_all = masked_log_softmax(self.net(info[j]), mask[j])
+                logp = logp_all.gather(1, act[j][:, None])[:, 0]
+                ratio = torch.exp(logp - old[j])
+                a = nadv[j]
+                pg = -torch.minimum(ratio * a, torch.clamp(ratio, 1 - s.clip, 1 + s.clip) * a).mean()
+                # illegal actions: probability 0 and log-probability -inf; 0 there, so that no NaN reaches a gradient
+                legal_logp = logp_all.masked_fill(~mask[j], 0.0)
+                ent = -(torch.exp(logp_all) * legal_logp).sum(1).mean()
+                loss = pg - s.entropy * ent
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if s.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(self.net.parameters(), s.grad_clip)
+                self.opt.step()
+                with torch.no_grad():
+                    kl = float((old[j] - logp).mean())       # the usual sample estimate of KL(old || new)
+                    stats["clipped"].append(float(((ratio - 1).abs() > s.clip).float().mean()))
+                stats["kl"].append(kl)
+                stats["entropy"].append(float(ent.detach()))
+                if s.target_kl > 0 and kl > s.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        self.net.eval()
+        return {k: float(np.mean(v)) for k, v in stats.items() if v}
+
+    def run(self, budget_s=None, waves=None, log=None, progress=None):
+        """Waves until `waves` are done or `budget_s` seconds are spent (a wave
+        in progress finishes). Returns the totals and the last wave's figures."""
+        if budget_s is None and waves is None:
+            raise ValueError("self-play needs a budget (seconds) or a number of waves")
+        t0 = time.monotonic()
+        last = {}
+        done = 0
+        while (waves is None or done < waves) and (budget_s is None or time.monotonic() - t0 < budget_s):
+            tw = time.monotonic()
+            wave, returns = self.play_wave()
+            tp = time.monotonic() - tw
+            values = self.values(wave["info"])
+            adv, target = self.advantages(wave, returns, values)
+            policy = self.waves >= self.settings.critic_waves
+            last = self.update(wave, adv, target, policy=policy)
+            self.waves += 1
+            done += 1
+            last.update({"wave": self.waves, "decisions": len(adv), "play_s": tp,
+                         "wave_s": time.monotonic() - tw,
+                         "zero_mse": float(np.mean((target - 0.0) ** 2)),
+                         "mean_abs_return": float(np.abs(returns[:, 0]).mean())})
+            if progress is not None:
+                progress(1)
+            if log is not None and (self.waves <= 3 or self.waves % 10 == 0):
+                log(wave_line(last, self.games_played, time.monotonic() - t0))
+        return {"selfplay_waves": self.waves, "selfplay_games": self.games_played,
+                "selfplay_decisions": self.decisions, "selfplay_s": time.monotonic() - t0,
+                **{f"selfplay_{k}": v for k, v in last.items() if k not in ("wave",)}}
+
+
+def wave_line(m, games, elapsed):
+    parts = [f"self-play wave {m['wave']}: {games} games in {elapsed:.0f} s",
+             f"critic mse {m['critic_mse']:.4f} (zero {m['zero_mse']:.4f})"]
+    if "kl" in m:
+        parts.append(f"kl {m['kl']:.4f}, clipped {m['clipped']:.3f}, entropy {m['entropy']:.3f}")
+    else:
+        parts.append("critic only")
+    parts.append(f"wave {m['wave_s']:.1f} s (play {m['play_s']:.1f} s)")
+    return "; ".join(parts)
