@@ -1,11 +1,11 @@
 """Does self-play policy gradient make a trained agent stronger?
-`python -m benchmarks.lc_selfplay RUN --budget-s 900 --out tuned.pt [--from prior] [--games 2000]`
+`python -m benchmarks.lc_selfplay RUN --budget-s 900 --out tuned.pt [--from prior] [--eval-games 2000]`
 
 Loads RUN's strategy net (its latest checkpoint, or with --from prior its
 warm-start prior), fine-tunes it by PPO self-play (trainer.selfplay) for
 --budget-s seconds, and saves it as a checkpoint (OUT, the loaded
 checkpoint with the strategy net replaced), which every evaluation tool
-reads as a run. With --games N it then plays the tuned agent greedy on
+reads as a run. With --eval-games N it then plays the tuned agent greedy on
 duplicate deals (agents.evaluate) head to head against the agent it started
 from, against RUN's latest agent, and against the rule-based bots.
 """
@@ -34,13 +34,14 @@ def main(argv=None):
     ap.add_argument("--waves", type=int, default=None, help="stop after this many waves instead")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--games", type=int, default=0, help="duplicate games per evaluation afterwards (0: none)")
+    ap.add_argument("--eval-games", type=int, default=0, help="duplicate games per evaluation afterwards (0: none)")
     ap.add_argument("--eval-seed", type=int, default=777)
     ap.add_argument("--jobs", type=int, default=2)
     for field, default in SelfPlaySettings.__dataclass_fields__.items():
         if field == "critic_hidden":
             continue
-        ap.add_argument("--" + field.replace("_", "-"), type=type(default.default), default=default.default)
+        ap.add_argument("--" + field.replace("_", "-"), type=type(default.default), default=default.default,
+                        help=f"trainer.selfplay.SelfPlaySettings.{field} (default {default.default})")
     args = ap.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -65,12 +66,12 @@ def main(argv=None):
                          **{k: v for k, v in stats.items() if isinstance(v, (int, float))}}
     write_durably(out, lambda f: torch.save(tuned, f))
     print(json.dumps({"out": str(out), **stats}), flush=True)
-    if args.games > 0:
+    if args.eval_games > 0:
         opponents = [f"run:{ckpt['path']}", "heuristic", "cautious"]
         if args.start == "prior":
             opponents.insert(1, f"run:{args.run}")
         cmd = [sys.executable, "-m", "agents.evaluate", str(out), "--greedy", "--opponent", ",".join(opponents),
-               "--games", str(args.games), "--seed", str(args.eval_seed), "--jobs", str(args.jobs)]
+               "--games", str(args.eval_games), "--seed", str(args.eval_seed), "--jobs", str(args.jobs)]
         print(" ".join(cmd), flush=True)
         t0 = time.monotonic()
         subprocess.run(cmd, check=True)

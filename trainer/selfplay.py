@@ -175,6 +175,13 @@ class SelfPlay:
             nxt[r, p] = v
         return adv, adv + values
 
+    def return_error(self, wave, returns, values):
+        """{"critic_heldout_mse", "zero_mse"}: the critic's values (taken
+        before it trained on the wave) and 0, each against every decision's
+        final return for the player who made it, scaled."""
+        r = returns[wave["row"], wave["player"]] * self.settings.value_scale
+        return {"critic_heldout_mse": float(np.mean((values - r) ** 2)), "zero_mse": float(np.mean(r ** 2))}
+
     # ---- learning
     def update(self, wave, adv, target, policy=True):
         s = self.settings
@@ -252,7 +259,9 @@ class SelfPlay:
             done += 1
             last.update({"wave": self.waves, "decisions": len(adv), "play_s": tp,
                          "wave_s": time.monotonic() - tw,
-                         "zero_mse": float(np.mean((target - 0.0) ** 2)),
+                         # the critic's squared error on the wave before it trained on it, next to predicting 0,
+                         # both against each decision's own final return (scaled)
+                         **self.return_error(wave, returns, values),
                          "mean_abs_return": float(np.abs(returns[:, 0]).mean())})
             if progress is not None:
                 progress(1)
@@ -265,7 +274,7 @@ class SelfPlay:
 
 def wave_line(m, games, elapsed):
     parts = [f"self-play wave {m['wave']}: {games} games in {elapsed:.0f} s",
-             f"critic mse {m['critic_mse']:.4f} (zero {m['zero_mse']:.4f})"]
+             f"critic error on the new wave {m['critic_heldout_mse']:.4f} (zero {m['zero_mse']:.4f})"]
     if "kl" in m:
         parts.append(f"kl {m['kl']:.4f}, clipped {m['clipped']:.3f}, entropy {m['entropy']:.3f}")
     else:
