@@ -24,6 +24,11 @@ from the outcomes instead:
 
 The first `critic_waves` waves train only the critic, so that the first
 policy steps see a baseline and not the raw, noisy returns.
+
+No recipe uses it: on the 2-core CPU, 10 minutes of it (about 50,000
+games) added less to a prior than 3 minutes of CFR, and nothing measurable
+to an agent after CFR (docs/lost_cities_strength.md, "Self-play policy
+gradient"). benchmarks.lc_selfplay runs it on a trained agent.
 """
 import time
 from dataclasses import dataclass
