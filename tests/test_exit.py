@@ -5,31 +5,20 @@ a resumed run reads the rounds back. Real parts: the engine's games, the
 real SearchPlayer, a real training run of configs/smoke.yaml as a
 subprocess."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from lc_helpers import ROOT, SMALL, run_trainer, tiny_net
 
 import engine  # noqa: E402
 from agents.policy import AveragePolicy  # noqa: E402
 from agents.searcher import SearchPlayer  # noqa: E402
-from batcher.networks import MLP  # noqa: E402
 from trainer.warmstart import blueprint_of, heuristic_rows  # noqa: E402
 
 torch.set_num_threads(1)
-SMALL = dict(colours=3, ranks=5, hand_size=4, max_turns=200)
-
-
-def _agent(game, seed=3):
-    torch.manual_seed(seed)
-    return MLP(game.information_state_tensor_size(), game.num_distinct_actions(), (16,),
-               input_scale=game.input_scale()).eval()
+_agent = tiny_net
 
 
 def test_a_round_plays_the_agents_own_moves_and_labels_each_with_the_search_over_the_agent():
@@ -87,11 +76,7 @@ def test_the_config_refuses_expert_iteration_without_a_lasting_prior_and_bad_val
     assert (ok.train.exit_rounds, ok.train.exit_worlds, ok.train.exit_topk) == (2, 640, 4)
 
 
-def _trainer(args, timeout=300):
-    r = subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=timeout)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
+_trainer = run_trainer
 
 
 def test_a_run_pools_two_rounds_trains_fresh_nets_and_a_resume_reads_the_rounds_back(tmp_path):

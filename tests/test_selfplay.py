@@ -2,28 +2,17 @@
 real games of the engine played by the net, the advantages follow GAE by
 hand, and a PPO step moves probability toward what scored. Real parts: the
 engine's StateBatch, real torch nets and Adam steps."""
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from lc_helpers import SMALL, run_trainer, tiny_net
 
 import engine  # noqa: E402
-from batcher.networks import MLP  # noqa: E402
 from trainer.selfplay import SelfPlay, SelfPlaySettings, masked_log_softmax  # noqa: E402
 
 torch.set_num_threads(1)
-SMALL = dict(colours=3, ranks=5, hand_size=4, max_turns=200)
-
-
-def _net(game, seed=3):
-    torch.manual_seed(seed)
-    return MLP(game.information_state_tensor_size(), game.num_distinct_actions(), (16,),
-               input_scale=game.input_scale()).eval()
+_net = tiny_net
 
 
 def test_a_wave_is_whole_games_of_legal_moves_with_the_nets_own_log_probabilities():
@@ -133,12 +122,7 @@ def test_bad_settings_are_refused_by_name(field, value):
         SelfPlaySettings(**{field: value}).check()
 
 
-def _trainer(args):
-    import subprocess
-    r = subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return r
+_trainer = run_trainer
 
 
 def test_the_benchmark_tunes_a_trained_agent_and_saves_it_as_a_checkpoint(tmp_path, capsys):

@@ -1,0 +1,31 @@
+"""Shared setup for the Lost Cities learning tests (tests/test_exit.py,
+tests/test_selfplay.py): a small game, a tiny real strategy net, and the
+trainer run as a real subprocess."""
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from batcher.networks import MLP  # noqa: E402
+
+SMALL = dict(colours=3, ranks=5, hand_size=4, max_turns=200)
+
+
+def tiny_net(game, seed=3):
+    """A 16-unit strategy MLP of `game`, its weights seeded."""
+    torch.manual_seed(seed)
+    return MLP(game.information_state_tensor_size(), game.num_distinct_actions(), (16,),
+               input_scale=game.input_scale()).eval()
+
+
+def run_trainer(args, timeout=300):
+    """`python -m trainer ARGS` in the repository root; fails the test with its output's tail unless it exits 0."""
+    r = subprocess.run([sys.executable, "-m", "trainer", *args], cwd=ROOT, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
