@@ -18,12 +18,11 @@ from agents.searcher import SearchPlayer  # noqa: E402
 from trainer.warmstart import blueprint_of, heuristic_rows  # noqa: E402
 
 torch.set_num_threads(1)
-_agent = tiny_net
 
 
 def test_a_round_plays_the_agents_own_moves_and_labels_each_with_the_search_over_the_agent():
     game = engine.load_game("lost_cities", **SMALL)
-    net = _agent(game)
+    net = tiny_net(game)
     worlds, topk, seed = 6, 2, 41
     adv, strat = heuristic_rows(game, 2, seed=seed, advantage=0.2, worlds=worlds, blueprint=blueprint_of(net),
                                 topk=topk, round=1)
@@ -55,7 +54,7 @@ def test_a_round_plays_the_agents_own_moves_and_labels_each_with_the_search_over
 
 def test_a_round_refuses_bad_settings():
     game = engine.load_game("lost_cities", **SMALL)
-    bp = blueprint_of(_agent(game))
+    bp = blueprint_of(tiny_net(game))
     for kwargs in (dict(worlds=0, topk=2, round=1), dict(worlds=4, topk=-1, round=1), dict(worlds=4, topk=2, round=0)):
         with pytest.raises(ValueError, match="an expert-iteration round needs"):
             heuristic_rows(game, 1, seed=1, advantage=0.2, blueprint=bp, **kwargs)
@@ -76,9 +75,6 @@ def test_the_config_refuses_expert_iteration_without_a_lasting_prior_and_bad_val
     assert (ok.train.exit_rounds, ok.train.exit_worlds, ok.train.exit_topk) == (2, 640, 4)
 
 
-_trainer = run_trainer
-
-
 def test_a_run_pools_two_rounds_trains_fresh_nets_and_a_resume_reads_the_rounds_back(tmp_path):
     from agents.checkpoint import load_checkpoint, prior_checkpoint
     run_dir = tmp_path / "run"
@@ -86,7 +82,7 @@ def test_a_run_pools_two_rounds_trains_fresh_nets_and_a_resume_reads_the_rounds_
              "eval.lc_games=2", "run.progress=false", "train.warm_start_steps=20", "train.iterations=1",
              "train.warm_start_games=4", "train.warm_start_share=0.5", "train.exit_rounds=2", "train.exit_games=2",
              "train.exit_worlds=4", "train.exit_topk=2"]
-    r = _trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), *sum([["--set", s] for s in small], [])])
+    r = run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), *sum([["--set", s] for s in small], [])])
     m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert m["exit_games_labelled_1"] == m["exit_games_labelled_2"] == 2
     assert m["exit_label_s_1"] > 0 and m["warm_start_pretrain_steps_strategy_exit2"] == 20
@@ -107,7 +103,7 @@ def test_a_run_pools_two_rounds_trains_fresh_nets_and_a_resume_reads_the_rounds_
     prior = torch.load(prior_checkpoint(run_dir), weights_only=True)
     latest = load_checkpoint(run_dir)
     assert not all(torch.equal(prior["nets"]["strategy"][k], v) for k, v in latest["nets"]["strategy"].items())
-    r = _trainer(["--resume", str(run_dir), "--set", "train.iterations=2", "--set", "run.progress=false"])
+    r = run_trainer(["--resume", str(run_dir), "--set", "train.iterations=2", "--set", "run.progress=false"])
     for k in (1, 2):
         assert f"exit_rows_{k}.npz" in r.stdout and "read back from" in r.stdout
     assert f"which holds {pool}" in r.stdout and "fresh nets" not in r.stdout
@@ -123,7 +119,7 @@ def test_the_benchmark_trains_a_fresh_net_per_label_mix_on_the_runs_own_split_an
              "eval.lc_games=2", "run.progress=false", "train.warm_start_steps=5", "train.iterations=1",
              "train.warm_start_games=3", "train.warm_start_share=0.5", "train.exit_rounds=1", "train.exit_games=3",
              "train.exit_worlds=4", "train.exit_topk=2"]
-    _trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), *sum([["--set", s] for s in small], [])])
+    run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), *sum([["--set", s] for s in small], [])])
     m = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     teacher, rounds, test, cfg = lc_exit.load_labels(run_dir)
     assert len(teacher["target"]) == m["warm_start_decisions"] and len(rounds["target"]) == m["exit_decisions_1"]

@@ -12,12 +12,11 @@ import engine  # noqa: E402
 from trainer.selfplay import SelfPlay, SelfPlaySettings, masked_log_softmax  # noqa: E402
 
 torch.set_num_threads(1)
-_net = tiny_net
 
 
 def test_a_wave_is_whole_games_of_legal_moves_with_the_nets_own_log_probabilities():
     game = engine.load_game("lost_cities", **SMALL)
-    net = _net(game)
+    net = tiny_net(game)
     tuner = SelfPlay(game, net, SelfPlaySettings(games=5), seed=7)
     wave, returns = tuner.play_wave()
     assert returns.shape == (5, 2)
@@ -54,7 +53,7 @@ def _toy_wave():
 @pytest.mark.parametrize("lam", [0.0, 0.5, 1.0])
 def test_advantages_are_gae_along_each_players_own_decisions(lam):
     game = engine.load_game("lost_cities", **SMALL)
-    tuner = SelfPlay(game, _net(game), SelfPlaySettings(games=2, lam=lam))
+    tuner = SelfPlay(game, tiny_net(game), SelfPlaySettings(games=2, lam=lam))
     wave, v, ret = _toy_wave()
     adv, target = tuner.advantages(wave, ret, v)
     v = v.astype(np.float64)
@@ -75,7 +74,7 @@ def test_advantages_are_gae_along_each_players_own_decisions(lam):
 
 def test_a_ppo_step_moves_probability_toward_the_move_that_scored():
     game = engine.load_game("lost_cities", **SMALL)
-    net = _net(game)
+    net = tiny_net(game)
     tuner = SelfPlay(game, net, SelfPlaySettings(games=4, lr=1e-2, epochs=1, target_kl=0, minibatch=10_000), seed=1)
     wave, _ = tuner.play_wave()
     n = len(wave["action"])
@@ -101,7 +100,7 @@ def test_a_ppo_step_moves_probability_toward_the_move_that_scored():
 
 def test_run_trains_the_critic_first_then_the_policy_and_reports_its_totals():
     game = engine.load_game("lost_cities", **SMALL)
-    net = _net(game)
+    net = tiny_net(game)
     start = [p.detach().clone() for p in net.parameters()]
     tuner = SelfPlay(game, net, SelfPlaySettings(games=3, critic_waves=1), seed=2)
     lines = []
@@ -122,9 +121,6 @@ def test_bad_settings_are_refused_by_name(field, value):
         SelfPlaySettings(**{field: value}).check()
 
 
-_trainer = run_trainer
-
-
 def test_the_benchmark_tunes_a_trained_agent_and_saves_it_as_a_checkpoint(tmp_path, capsys):
     from agents.checkpoint import load_checkpoint
     from agents.policy import load_policy
@@ -132,7 +128,7 @@ def test_the_benchmark_tunes_a_trained_agent_and_saves_it_as_a_checkpoint(tmp_pa
     run_dir = tmp_path / "run"
     small = ["train.traversals=20", "train.adv_steps=2", "train.strategy_steps=2", "network.hidden=[16]",
              "eval.lc_games=2", "run.progress=false", "train.iterations=1"]
-    _trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), *sum([["--set", s] for s in small], [])])
+    run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), *sum([["--set", s] for s in small], [])])
     out = tmp_path / "tuned.pt"
     lc_selfplay.main([str(run_dir), "--out", str(out), "--waves", "2", "--games", "3", "--critic-waves", "1",
                       "--lr", "0.01", "--eval-games", "2", "--jobs", "1"])

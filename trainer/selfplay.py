@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from agents.probs import sample_actions
 from batcher.networks import MLP
 
 
@@ -85,7 +86,6 @@ class SelfPlay:
         self.device = torch.device(device)
         s = self.settings
         T, A = game.information_state_tensor_size(), game.num_distinct_actions()
-        self.T, self.A = T, A
         self.batch = StateBatch(game, s.games)
         self.info = np.zeros((s.games, T), np.float32)
         self.mask = np.zeros((s.games, A), np.uint8)
@@ -93,7 +93,6 @@ class SelfPlay:
         self.opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=s.critic_lr)
         self.rng = np.random.default_rng([seed, 0x5E1F])
-        self.seed = int(seed)
         self.waves = 0
         self.games_played = 0
         self.decisions = 0
@@ -128,11 +127,7 @@ class SelfPlay:
                     x = torch.from_numpy(info).to(self.device)
                     logp_all = masked_log_softmax(self.net(x), torch.from_numpy(mask).to(self.device))
                     logp_all = logp_all.to("cpu", torch.float64).numpy()
-                probs = np.exp(logp_all)
-                cum = np.cumsum(probs, axis=1)
-                u = self.rng.random(m) * cum[:, -1]
-                acts = np.minimum((cum > u[:, None]).argmax(axis=1), self.A - 1)
-                acts = np.where(mask[np.arange(m), acts], acts, logp_all.argmax(axis=1))   # rounding at the top
+                acts = sample_actions(np.exp(logp_all), self.rng)
                 b.apply(rows, acts)
                 cols["info"].append(info)
                 cols["mask"].append(mask)
@@ -168,7 +163,7 @@ class SelfPlay:
         nxt = (returns * s.value_scale).astype(np.float64)        # [games, 2]: the value after the last decision
         gae = np.zeros_like(nxt)
         adv = np.zeros(n, np.float64)
-        order = np.lexsort((np.arange(n), wave["step"]))[::-1]     # latest decision first
+        order = np.arange(n)[::-1]           # the wave holds its decisions in step order: latest first
         steps = wave["step"][order]
         bounds = np.flatnonzero(np.diff(steps)) + 1
         for idx in np.split(order, bounds):
