@@ -42,7 +42,7 @@ for wins (a tie counts half) and points, with 95% intervals over the deals.
 import numpy as np
 
 from agents.checkpoint import game_of, load_checkpoint, prior_checkpoint
-from agents.matches import _as_policy, match_summary, mean_ci, play_deals
+from agents.matches import SEARCH_STATS, _as_policy, match_summary, mean_ci, play_deals
 from agents.players import OPPONENTS, agent_from_spec, opponent_of
 from agents.policy import KINDS, CurrentPolicy, Policy, parse_kind, policy_from_checkpoint
 
@@ -327,9 +327,12 @@ def _worker_play(who, opponent, lo, hi, seed, worlds):
     for i, p in enumerate((player, opp)):
         if isinstance(p, Policy):   # a sampled read-out: each chunk its own stream, whichever process plays it
             p.rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, lo, 0xC4A2 + i])
+    before = {k: getattr(player, k, 0) for k in SEARCH_STATS}
     if isinstance(opp, str):
-        return play_deals(game, player, opponent_of(opp), range(lo, hi), seed=seed, worlds=worlds)
-    return play_sides(game, player, opp, range(lo, hi), seed=seed)
+        diffs, capped = play_deals(game, player, opponent_of(opp), range(lo, hi), seed=seed, worlds=worlds)
+    else:
+        diffs, capped = play_sides(game, player, opp, range(lo, hi), seed=seed)
+    return diffs, capped, {k: getattr(player, k, 0) - before[k] for k in SEARCH_STATS}
 
 
 def run_matches(game, players, tasks, seed=0, worlds=16, jobs=1, init=None, progress=False):
@@ -369,13 +372,16 @@ def run_matches(game, players, tasks, seed=0, worlds=16, jobs=1, init=None, prog
             for f in as_completed(futures):
                 who, opp, lo, hi = futures[f]
                 try:
-                    d, c = f.result()
+                    d, c, stats = f.result()
                 except BrokenProcessPool as e:
                     ex.shutdown(wait=False, cancel_futures=True)
                     raise RuntimeError(f"a worker process died before deals {seed + lo}..{seed + hi - 1} of "
                                        f"{who} against {opp} were finished: {e}; no result is reported") from None
                 out[who, opp][0][2 * lo:2 * hi] = d
                 out[who, opp][1] += c
+                for k, v in stats.items():      # the search's decisions and times, for ms_per_decision
+                    if hasattr(players[who], k):
+                        setattr(players[who], k, getattr(players[who], k) + v)
                 if bar is not None:
                     bar.update(2 * (hi - lo))
         return {k: (v[0], int(v[1])) for k, v in out.items()}

@@ -218,6 +218,21 @@ def test_cli_processes_play_the_same_deals_and_replays_are_saved(tmp_path):
     assert len(list((tmp_path / "replays").glob("*.jsonl"))) == 6
 
 
+def test_search_agent_reports_its_decisions_from_worker_processes(tmp_path):
+    """With --search and --jobs 2 the searches run in the worker processes;
+    their decision counts and times come back, so the report's
+    ms_per_decision is of the decisions played, not 0."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _save_run(a, 1)
+    _save_run(b, 7)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert eval_main([str(a), "--search", "worlds=4,topk=2", "--games", "4", "--json", "--jobs", "2",
+                          "--opponent", f"run:{b}"]) == 0
+    d = json.loads(buf.getvalue())
+    assert d["vs_run:" + str(b) + "_games"] == 4 and d["ms_per_decision"] > 0
+
+
 def test_cli_bad_specs_are_one_line_errors(tmp_path):
     a = tmp_path / "a"
     _save_run(a, 1)
