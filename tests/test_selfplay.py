@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lc_helpers import SMALL, run_trainer, tiny_net
+from lc_helpers import ROOT, SMALL, run_trainer, tiny_net
 
 import engine  # noqa: E402
 from trainer.selfplay import SelfPlay, SelfPlaySettings, masked_log_softmax  # noqa: E402
@@ -121,14 +121,24 @@ def test_bad_settings_are_refused_by_name(field, value):
         SelfPlaySettings(**{field: value}).check()
 
 
-def test_the_benchmark_tunes_a_trained_agent_and_saves_it_as_a_checkpoint(tmp_path, capsys):
+def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_path, capsys):
+    import json
     from agents.checkpoint import load_checkpoint
     from agents.policy import load_policy
     from benchmarks import lc_selfplay
     run_dir = tmp_path / "run"
     small = ["train.traversals=20", "train.adv_steps=2", "train.strategy_steps=2", "network.hidden=[16]",
-             "eval.lc_games=2", "run.progress=false", "train.iterations=1"]
-    run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), *sum([["--set", s] for s in small], [])])
+             "eval.lc_games=2", "run.progress=false", "train.iterations=2", "train.selfplay_budget_s=2",
+             "train.selfplay_games=3"]
+    r = run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir),
+                     *sum([["--set", s] for s in small], [])])
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert "selfplay_waves" not in lines[0]                    # only after the last iteration
+    last = lines[-1]
+    assert last["iteration"] == 2 and last["selfplay_waves"] >= 1
+    assert last["selfplay_games"] == 3 * last["selfplay_waves"]
+    assert f"self-play: {last['selfplay_games']} games ({last['selfplay_waves']} waves)" in r.stdout
+    # the benchmark: a saved checkpoint whose strategy net is tuned further, every other net as it was
     out = tmp_path / "tuned.pt"
     lc_selfplay.main([str(run_dir), "--out", str(out), "--waves", "2", "--games", "3", "--critic-waves", "1",
                       "--lr", "0.01", "--eval-games", "2", "--jobs", "1"])
@@ -141,3 +151,16 @@ def test_the_benchmark_tunes_a_trained_agent_and_saves_it_as_a_checkpoint(tmp_pa
     assert load_policy(str(out), kind="average-greedy").game.name == "lost_cities"
     printed = capsys.readouterr().out
     assert '"selfplay_waves": 2' in printed and "agents.evaluate" in printed
+
+
+@pytest.mark.parametrize("sets,match", [
+    (["train.selfplay_budget_s=-1"], "train.selfplay_budget_s"),
+    (["train.selfplay_budget_s=60", "train.time_limit_s=60"], "leaves nothing of train.time_limit_s"),
+    (["train.selfplay_budget_s=5", "game.name=kuhn_poker", "game.params={}"], "plays lost_cities deals"),
+    (["train.selfplay_games=0"], "train.selfplay_games"),
+    (["train.selfplay_lr=0"], "train.selfplay_lr"),
+])
+def test_bad_self_play_keys_are_refused_by_name(sets, match):
+    from trainer.config import ConfigError, load_config
+    with pytest.raises(ConfigError, match=match):
+        load_config(ROOT / "configs" / "smoke.yaml", sets)

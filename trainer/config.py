@@ -106,6 +106,14 @@ class TrainSection:
     """Worlds of the expert-iteration search (agents.searcher.SearchPlayer, raced)."""
     exit_topk: int = 4
     """Candidates of the expert-iteration search: the agent's most likely moves (0 = every legal move)."""
+    selfplay_budget_s: float = 0.0
+    """Lost Cities: the last this-many seconds of the run fine-tune the strategy net (the agent) by PPO self-play (trainer/selfplay.py), after the last CFR iteration's strategy training and before the final evaluation and checkpoint (0 = none). With time_limit_s, CFR stops early enough to leave it, and it gets at most what is left of the limit. A resumed run's next strategy training starts again from the CFR memories, so resume only runs whose self-play is still to come."""
+    selfplay_lr: float = 5e-5
+    """Adam learning rate of the self-play fine-tuning (trainer.selfplay.SelfPlaySettings.lr)."""
+    selfplay_games: int = 512
+    """Deals played together in one self-play wave."""
+    selfplay_epochs: int = 2
+    """PPO passes over each self-play wave."""
 
 
 @dataclass
@@ -359,6 +367,10 @@ def validate(cfg):
         ("train.warm_start_pretrain_budget_s", math.isfinite(cfg.train.warm_start_pretrain_budget_s)
          and cfg.train.warm_start_pretrain_budget_s >= 0),
         ("train.time_limit_s", math.isfinite(cfg.train.time_limit_s) and cfg.train.time_limit_s >= 0),
+        ("train.selfplay_budget_s", math.isfinite(cfg.train.selfplay_budget_s) and cfg.train.selfplay_budget_s >= 0),
+        ("train.selfplay_lr", math.isfinite(cfg.train.selfplay_lr) and cfg.train.selfplay_lr > 0),
+        ("train.selfplay_games", cfg.train.selfplay_games >= 1),
+        ("train.selfplay_epochs", cfg.train.selfplay_epochs >= 1),
         ("eval.every", cfg.eval.every >= 0),
         ("eval.lc_games", cfg.eval.lc_games >= 0),
         ("eval.opponents", all(o in ("random", "heuristic", "cautious") for o in cfg.eval.opponents)),
@@ -404,6 +416,12 @@ def validate(cfg):
     if cfg.train.value_steps > 0 and cfg.train.warm_start_games == 0:
         raise ConfigError("config train.value_steps: the value net trains on the warm start's games; "
                           "it needs train.warm_start_games > 0")
+    if cfg.train.selfplay_budget_s > 0 and cfg.game.name != "lost_cities":
+        raise ConfigError(f"config train.selfplay_budget_s: self-play fine-tuning plays lost_cities deals; "
+                          f"{cfg.game.name} is not supported")
+    if 0 < cfg.train.time_limit_s <= cfg.train.selfplay_budget_s:
+        raise ConfigError(f"config train.selfplay_budget_s: {cfg.train.selfplay_budget_s:g} s of self-play leaves "
+                          f"nothing of train.time_limit_s ({cfg.train.time_limit_s:g} s) for the warm start and CFR")
     if cfg.train.augment_colours and cfg.game.name != "lost_cities":
         raise ConfigError(f"config train.augment_colours: colour renaming is a lost_cities symmetry; "
                           f"{cfg.game.name} has none")

@@ -396,6 +396,29 @@ class Trainer:
             bar.close()
         return loss
 
+    def _self_play(self, t_start):
+        """PPO self-play fine-tuning of the strategy net (trainer/selfplay.py)
+        for train.selfplay_budget_s, or what is left of train.time_limit_s.
+        Returns its selfplay_* metrics."""
+        from trainer.selfplay import SelfPlay, SelfPlaySettings
+        tr = self.cfg.train
+        budget = tr.selfplay_budget_s
+        if tr.time_limit_s > 0:
+            budget = min(budget, tr.time_limit_s - (time.monotonic() - t_start))
+        if budget <= 0:
+            self.log(f"self-play: no time left of train.time_limit_s ({tr.time_limit_s:g} s); the agent is CFR's")
+            return {"selfplay_waves": 0}
+        settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs)
+        tuner = SelfPlay(self.game, self.nets["strategy"], settings, seed=self.cfg.run.seed, device=self.device)
+        bar = self._bar(desc=f"self-play: PPO on the strategy net ({tr.selfplay_games} games a wave)", unit="wave",
+                        budget_s=budget)
+        stats = tuner.run(budget_s=budget, log=self.log, progress=None if bar is None else bar.update)
+        if bar is not None:
+            bar.close()
+        self.log(f"self-play: {stats['selfplay_games']} games ({stats['selfplay_waves']} waves) in "
+                 f"{stats['selfplay_s']:.0f} s")
+        return stats
+
     def _evaluate(self, t, first, last):
         from agents.evaluate import evaluate
         from agents.policy import AveragePolicy, CurrentPolicy, parse_kind
@@ -542,8 +565,9 @@ class Trainer:
                 m["batcher_busy_fraction"] = bstats["busy_fraction"]
                 m["adv_memory_0"], m["adv_memory_1"] = len(self.adv_mem[0]), len(self.adv_mem[1])
                 m["strategy_memory"] = len(self.strat_mem)
-                last = t == cfg.train.iterations or (cfg.train.time_limit_s > 0 and
-                                                      time.monotonic() - t_start >= cfg.train.time_limit_s)
+                # the time limit leaves the self-play fine-tuning its budget after the last iteration
+                last = t == cfg.train.iterations or (cfg.train.time_limit_s > 0 and time.monotonic() - t_start
+                                                      >= cfg.train.time_limit_s - cfg.train.selfplay_budget_s)
                 first = t == self.start_iteration == 1 and cfg.eval.every > 0
                 do_eval = last or first or (cfg.eval.every > 0 and t % cfg.eval.every == 0)
                 strategy_due = last or do_eval or (cfg.train.strategy_every > 0 and t % cfg.train.strategy_every == 0)
@@ -552,6 +576,9 @@ class Trainer:
                     sup.enter("train")
                     m["strategy_loss"] = self._train_strategy(t)
                     m["time_strategy_s"] = time.monotonic() - t0
+                if last and cfg.train.selfplay_budget_s > 0:
+                    sup.enter("self-play")
+                    m.update(self._self_play(t_start))
                 if do_eval:
                     t0 = time.monotonic()
                     if cfg.run.progress and self.game.name == "lost_cities":

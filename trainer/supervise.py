@@ -29,7 +29,7 @@ from batcher.client import BatcherClient, BatcherTimeout, wait_for_batcher
 from batcher.networks import AdvantageValue
 from trainer.launcher import LocalServices
 
-PHASES = ("warm start", "traverse", "train", "push", "evaluate", "checkpoint")
+PHASES = ("warm start", "traverse", "train", "push", "self-play", "evaluate", "checkpoint")
 
 
 class BatcherRestarted(Exception):
