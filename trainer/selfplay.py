@@ -25,10 +25,13 @@ from the outcomes instead:
 The first `critic_waves` waves train only the critic, so that the first
 policy steps see a baseline and not the raw, noisy returns.
 
-No recipe uses it: on the 2-core CPU, 10 minutes of it (about 50,000
-games) added less to a prior than 3 minutes of CFR, and nothing measurable
-to an agent after CFR (docs/lost_cities_strength.md, "Self-play policy
-gradient"). benchmarks.lc_selfplay runs it on a trained agent.
+`train.selfplay_budget_s` runs it as a run's last stage
+(trainer/loop.py); benchmarks.lc_selfplay runs it on a saved agent. No
+recipe uses it: on the 2-core CPU, 10 minutes of it added less to a
+64-world prior than 3 minutes of CFR, and in the one-hour recipe its 14
+minutes did not make up for the warm start's minutes they took; on the
+finished hour's agent, 30 more minutes added +2.4 points a game head to
+head (docs/lost_cities_strength.md, "Self-play policy gradient").
 """
 import time
 from dataclasses import dataclass
