@@ -18,6 +18,9 @@ ifeq ($(origin PYTHON),undefined)
   endif
 endif
 export PYTHON BASE_PYTHON
+# test processes (pytest-xdist): many tests wait on real subprocesses and
+# sockets, so two share a 2-core box well; TEST_JOBS=0 runs them in one process
+TEST_JOBS ?= 2
 
 .PHONY: install build debug annotate check-nogil lint test train bench clean which-python
 
@@ -52,7 +55,7 @@ lint: install       ## the import layers (lint-imports, pyproject.toml) and ruff
 	$(PYTHON) -m ruff check .
 
 test: install       ## run the test suite
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n $(TEST_JOBS)
 
 train: install      ## the main job: ~10 min on 2 cores, an agent that beats HeuristicBot (configs/quick.yaml)
 	$(PYTHON) -m trainer --config configs/quick.yaml
