@@ -4,7 +4,10 @@ The format (one iter_NNNNNN.pt per checkpoint, RUN_DIR/checkpoints/latest
 naming the newest) is described in trainer/checkpoint.py, which writes them.
 A run that starts with a warm start also keeps RUN_DIR/checkpoints/prior.pt,
 its nets at the end of the warm start (iteration 0, written once by
-trainer.warmstart.save_prior; `latest` never names it).
+trainer.warmstart.save_prior; `latest` never names it). A run that ends
+with PPO self-play (train.selfplay_budget_s) keeps
+RUN_DIR/checkpoints/before_selfplay.pt, its nets when CFR stopped and the
+self-play began: `run:RUN/checkpoints/before_selfplay.pt` plays it.
 """
 from pathlib import Path
 
@@ -12,6 +15,7 @@ import torch
 
 FORMAT = 1
 PRIOR = "prior.pt"
+BEFORE_SELFPLAY = "before_selfplay.pt"
 
 
 def checkpoint_dir(run_dir):
@@ -41,6 +45,13 @@ def prior_checkpoint(path):
     `path` (a run directory or one of its checkpoints) belongs to; it may
     not exist."""
     return checkpoint_dir(run_dir_of(path)) / PRIOR
+
+
+def before_selfplay_checkpoint(path):
+    """Path of the nets a run had when its PPO self-play began
+    (checkpoints/before_selfplay.pt) of the run that `path` belongs to; it
+    may not exist."""
+    return checkpoint_dir(run_dir_of(path)) / BEFORE_SELFPLAY
 
 
 def load_checkpoint(path):

@@ -123,7 +123,8 @@ def test_bad_settings_are_refused_by_name(field, value):
 
 def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_path, capsys):
     import json
-    from agents.checkpoint import load_checkpoint
+    from agents.checkpoint import before_selfplay_checkpoint, game_of, load_checkpoint
+    from agents.head_to_head import load_side
     from agents.policy import load_policy
     from benchmarks import lc_selfplay
     run_dir = tmp_path / "run"
@@ -138,6 +139,16 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert last["iteration"] == 2 and last["selfplay_waves"] >= 1
     assert last["selfplay_games"] == 3 * last["selfplay_waves"]
     assert f"self-play: {last['selfplay_games']} games ({last['selfplay_waves']} waves)" in r.stdout
+    # CFR's agent, kept as it was when the self-play began: the same nets but the strategy net
+    before, final = load_checkpoint(before_selfplay_checkpoint(run_dir)), load_checkpoint(run_dir)
+    assert before["before_selfplay"] and before["iteration"] == final["iteration"] == 2
+    assert f"CFR's agent kept as {before['path']}" in r.stdout
+    for name in ("adv0", "adv1"):
+        assert all(torch.equal(final["nets"][name][k], v) for k, v in before["nets"][name].items())
+    if last["selfplay_waves"] >= 2:          # the first wave trains the critic only
+        assert not all(torch.equal(final["nets"]["strategy"][k], v) for k, v in before["nets"]["strategy"].items())
+    side = load_side(f"run:{before['path']}:average-greedy", game_of(final))
+    assert side.checkpoint == before["path"]
     # the benchmark: a saved checkpoint whose strategy net is tuned further, every other net as it was
     out = tmp_path / "tuned.pt"
     lc_selfplay.main([str(run_dir), "--out", str(out), "--waves", "2", "--games", "3", "--critic-waves", "1",

@@ -396,7 +396,7 @@ class Trainer:
             bar.close()
         return loss
 
-    def _self_play(self, t_start):
+    def _self_play(self, t, t_start):
         """PPO self-play fine-tuning of the strategy net (trainer/selfplay.py)
         for train.selfplay_budget_s, or what is left of train.time_limit_s.
         Returns its selfplay_* metrics."""
@@ -408,6 +408,12 @@ class Trainer:
         if budget <= 0:
             self.log(f"self-play: no time left of train.time_limit_s ({tr.time_limit_s:g} s); the agent is CFR's")
             return {"selfplay_waves": 0}
+        # the agent CFR made, kept apart: "what did the self-play add" is then one head-to-head command
+        from agents.checkpoint import before_selfplay_checkpoint
+        from trainer.warmstart import save_playing_checkpoint
+        path = save_playing_checkpoint(before_selfplay_checkpoint(self.run_dir), self.cfg, self.nets,
+                                       t, self.value_net, before_selfplay=True)
+        self.log(f"self-play: CFR's agent kept as {path}")
         settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs)
         tuner = SelfPlay(self.game, self.nets["strategy"], settings, seed=self.cfg.run.seed, device=self.device)
         bar = self._bar(desc=f"self-play: PPO on the strategy net ({tr.selfplay_games} games a wave)", unit="wave",
@@ -578,7 +584,7 @@ class Trainer:
                     m["time_strategy_s"] = time.monotonic() - t0
                 if last and cfg.train.selfplay_budget_s > 0:
                     sup.enter("self-play")
-                    m.update(self._self_play(t_start))
+                    m.update(self._self_play(t, t_start))
                 if do_eval:
                     t0 = time.monotonic()
                     if cfg.run.progress and self.game.name == "lost_cities":

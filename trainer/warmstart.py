@@ -457,22 +457,28 @@ class PriorMix:
 
 def save_prior(run_dir, cfg, nets, value=None):
     """Keep the nets at the end of the warm start as the run's prior,
-    RUN_DIR/checkpoints/prior.pt (agents.checkpoint.prior_checkpoint): a
-    checkpoint of iteration 0 with the config, the nets and their spec (no
-    optimizers or RNG: it is for playing, not resuming), which
+    RUN_DIR/checkpoints/prior.pt (agents.checkpoint.prior_checkpoint), which
     agents.evaluate reads as the `prior` opponent or baseline. Written
-    durably (trainer.checkpoint.write_durably) once, when the
-    warm start pretrains; `latest` is left alone, and a resumed run keeps the
-    file as it is. value: the value net (trainer/value.py), if the run has
-    one, kept under "value_net" with its "value_spec". Returns its path."""
+    once, when the warm start pretrains; `latest` is left alone, and a
+    resumed run keeps the file as it is. value: the value net
+    (trainer/value.py), if the run has one. Returns its path."""
+    from agents.checkpoint import prior_checkpoint
+    return save_playing_checkpoint(prior_checkpoint(run_dir), cfg, nets, 0, value, prior=True)
+
+
+def save_playing_checkpoint(path, cfg, nets, iteration, value=None, **marks):
+    """A checkpoint for playing, not resuming: the config, the nets and their
+    spec (no optimizers, memories or RNG), written durably
+    (trainer.checkpoint.write_durably) at `path`. `value` (the value net)
+    goes under "value_net" with its "value_spec"; `marks` are stored as they
+    are (prior=True for the warm-start prior). Returns the path."""
     import torch
 
-    from agents.checkpoint import FORMAT, prior_checkpoint
+    from agents.checkpoint import FORMAT
     from trainer.checkpoint import write_durably
     from trainer.config import config_to_dict
-    path = prior_checkpoint(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"format": FORMAT, "iteration": 0, "prior": True, "config": config_to_dict(cfg),
+    payload = {"format": FORMAT, "iteration": int(iteration), **marks, "config": config_to_dict(cfg),
                "nets": {k: {n: v.detach().cpu().clone() for n, v in net.state_dict().items()}
                         for k, net in nets.items()},
                "net_spec": nets["strategy"].spec()}
