@@ -118,6 +118,19 @@ def test_summary_of_poker_and_of_many_opponents_and_of_nothing_to_do():
     assert "--set train.iterations=80" in text
 
 
+def test_summary_says_what_the_self_play_did_and_where_cfrs_agent_is():
+    m = {**NEW_KEYS, "selfplay_waves": 479, "selfplay_games": 245248, "selfplay_s": 1304.2}
+    cfg = load_config(ROOT / "configs" / "smoke.yaml", [])
+    lines = final_summary(m, "runs/a b", cfg, 1).splitlines()
+    assert len(lines) <= SUMMARY_MAX_LINES
+    assert lines[1] == ("self-play: 245,248 games of PPO (479 waves) in 21m 44s; "
+                        "CFR's agent kept: --opponent run:'runs/a b/checkpoints/before_selfplay.pt'")
+    assert "vs heuristic" in "\n".join(lines)          # the evaluation still fits
+    # a run whose self-play found no time left, or that had none, says nothing of it
+    for none in ({**NEW_KEYS, "selfplay_waves": 0}, NEW_KEYS):
+        assert "self-play" not in final_summary(none, "r", cfg, 1)
+
+
 def test_opponent_results_reads_any_opponent_name():
     r = opponent_results({"vs_my_bot_win_rate": 0.25, "vs_my_bot_margin": 3.0, "vs_other_win_rate": None})
     assert r == [{"opponent": "my_bot", "win_rate": 0.25, "win_lo": None, "win_hi": None, "margin": 3.0,

@@ -78,6 +78,8 @@ def final_summary(metrics, run_dir, cfg, first_iteration):
         more = planned * 2 if last >= planned else planned
         if metrics.get("warm_start_games_labelled"):
             lines.append(_warm_start_line(metrics, cfg))
+        if metrics.get("selfplay_waves"):
+            lines.append(_self_play_line(metrics, run_dir))
         note = cfg.run.summary_note.strip().splitlines() if cfg.run.summary_note.strip() else []
         lines += _evaluation_lines(metrics, SUMMARY_MAX_LINES - 4 - len(lines) - len(note))
         lines += note
@@ -103,6 +105,16 @@ def _warm_start_line(m, cfg):
         if m.get("warm_start_pretrain_s") is not None:
             text += f" in {_duration(m['warm_start_pretrain_s'])}"
     return text
+
+
+def _self_play_line(m, run_dir):
+    """The summary's line on the PPO self-play at the end of the run, and
+    where CFR's agent before it was kept (the `--opponent run:...` to
+    measure what the self-play added)."""
+    from agents.checkpoint import BEFORE_SELFPLAY, checkpoint_dir
+    before = shlex.quote(str(checkpoint_dir(run_dir) / BEFORE_SELFPLAY))
+    return (f"self-play: {m.get('selfplay_games', 0):,} games of PPO ({m['selfplay_waves']} waves) in "
+            f"{_duration(m.get('selfplay_s', 0.0))}; CFR's agent kept: --opponent run:{before}")
 
 
 def _evaluation_lines(m, budget):
