@@ -26,12 +26,12 @@ The first `critic_waves` waves train only the critic, so that the first
 policy steps see a baseline and not the raw, noisy returns.
 
 `train.selfplay_budget_s` runs it as a run's last stage
-(trainer/loop.py); benchmarks.lc_selfplay runs it on a saved agent. No
-recipe uses it: on the 2-core CPU, 10 minutes of it added less to a
-64-world prior than 3 minutes of CFR, and in the one-hour recipe its 14
-minutes did not make up for the warm start's minutes they took; on the
-finished hour's agent, 30 more minutes added +2.4 points a game head to
-head (docs/lost_cities_strength.md, "Self-play policy gradient").
+(trainer/loop.py); benchmarks.lc_selfplay runs it on a saved agent. The
+one-hour CPU recipe (configs/lost_cities_cpu.yaml) ends with 22 minutes of
+it, on the time that labelling on both cores saves; taken from the labels
+instead, its minutes did not make up for them, and after configs/quick.yaml's
+CFR ten minutes of it added nothing measurable
+(docs/lost_cities_strength.md, "Self-play policy gradient").
 """
 import time
 from dataclasses import dataclass
