@@ -1,7 +1,7 @@
 """Self-play policy-gradient fine-tuning of a strategy net (PPO), for games
 with a StateBatch (Lost Cities).
 
-    tuner = SelfPlay(game, strategy_net, SelfPlaySettings(lr=5e-5), seed=0)
+    tuner = SelfPlay(game, strategy_net, SelfPlaySettings(lr=2e-4), seed=0)
     stats = tuner.run(budget_s=600, log=print)     # waves until the budget is spent
     python -m benchmarks.lc_selfplay RUN --budget-s 600 --out tuned.pt
 
@@ -48,7 +48,7 @@ class SelfPlaySettings:
     games: int = 512             # deals played together in one wave
     epochs: int = 2              # PPO passes over a wave
     minibatch: int = 4096
-    lr: float = 5e-5             # the strategy net's Adam learning rate
+    lr: float = 2e-4             # the strategy net's Adam learning rate
     critic_lr: float = 1e-3
     clip: float = 0.2            # PPO ratio clip
     lam: float = 0.95            # GAE lambda along a player's decisions (1: Monte Carlo returns)
