@@ -320,8 +320,43 @@ def test_prior_mix_keeps_the_priors_share_of_every_batch():
     assert (b["target"][from_prior] == 9.0).all() and (b["target"][~from_prior] <= 40).all()
     empty = PriorMix(ReservoirMemory(10, 3, 2), prior, 0.25).sample(8, np.random.default_rng(1))
     assert (empty["info"][:, 0] == 250).all() and (empty["weight"] == 1).all()
-    with pytest.raises(ValueError, match="share"):
-        PriorMix(mem, prior, 1.0)
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"share must be in \[0, 1\)"):
+            PriorMix(mem, prior, bad)
+    # share 0: the prior only while the memory is empty (the pretraining), then the memory's rows alone
+    alone = PriorMix(mem, prior, 0.0).sample(64, np.random.default_rng(2))
+    assert not (alone["info"][:, 0] == 250).any() and np.isin(alone["weight"], np.arange(1, 41)).all()
+    empty = PriorMix(ReservoirMemory(10, 3, 2), prior, 0.0).sample(8, np.random.default_rng(3))
+    assert (empty["info"][:, 0] == 250).all() and (empty["weight"] == 1).all()
+
+
+def test_adv_prior_share_sets_the_advantage_batches_alone(tmp_path):
+    """train.adv_prior_share: the advantage nets' batches carry the prior at
+    that share, the strategy net's at warm_start_share; -1 follows
+    warm_start_share. Without a lasting prior the key is refused."""
+    from trainer.loop import Trainer
+    sets = ["network.hidden=[16]", "train.warm_start_games=2", "train.warm_start_steps=2",
+            "train.warm_start_procs=1", "train.batch_size=40", "run.progress=false", "train.warm_start_share=0.5"]
+    for share, adv_share in (("0", 0.0), ("0.25", 0.25), ("-1", 0.5)):
+        cfg = load_config(ROOT / "configs" / "smoke.yaml", [*sets, f"train.adv_prior_share={share}"])
+        tr = Trainer(cfg, tmp_path / share, log=lambda *a: None)
+        tr._warm_start(pretrain=False)
+        width, actions = tr.adv_mem[0].info.shape[1], tr.adv_mem[0].target.shape[1]
+        for memory in (tr.adv_mem[0], tr.strat_mem):
+            memory.add({"info": np.zeros((30, width), np.uint8), "target": np.full((30, actions), 7.0, np.float32),
+                        "mask": np.ones((30, actions), np.uint8), "weight": np.ones(30, np.float32)})
+        for name, want in (("adv0", adv_share), ("strategy", 0.5)):
+            mix = tr._memory(name)
+            assert mix.share == want
+            batch = mix.sample(40, np.random.default_rng(0))
+            own = np.isclose(batch["target"], 7.0).all(axis=1)          # _chunk's rows; the prior's are +-advantage
+            assert (~own).sum() == round(40 * want)
+        # the adv1 net pretrains on the prior alone, whatever the share: its memory is still empty
+        assert (~np.isclose(tr._memory("adv1").sample(16, np.random.default_rng(1))["target"], 7.0).all(axis=1)).all()
+    with pytest.raises(ConfigError, match=r"adv_prior_share: bad value 1\.0"):
+        load_config(ROOT / "configs" / "smoke.yaml", [*sets, "train.adv_prior_share=1.0"])
+    with pytest.raises(ConfigError, match="adv_prior_share: 0 sets the share of a lasting prior.*warm_start_share > 0"):
+        load_config(ROOT / "configs" / "smoke.yaml", ["train.warm_start_games=2", "train.adv_prior_share=0"])
 
 
 def test_held_out_error_against_predicting_zero():

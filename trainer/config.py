@@ -96,6 +96,8 @@ class TrainSection:
     """What the value net learns: search (the lookahead teacher's mean value of the move chosen and of two other candidates, seen by the mover after it; needs warm_start_worlds > 0), outcome (each game's final return, seen by the player to move and by the other player) or both (trainer.warmstart._play, trainer/value.py). The held-out error of each kind is reported whatever it learns. Outcomes rate a move by what followed it in the teacher's games, which misleads a search and CFR's cutoffs (docs/lost_cities_strength.md, "The learned value")."""
     warm_start_share: float = 0.0
     """0: the warm-start rows sit in the memories and fade as linear CFR's weights grow. In (0, 1): they stay apart and make up this share of every advantage and strategy batch for the whole run (a lasting prior)."""
+    adv_prior_share: float = -1.0
+    """The prior's share of the advantage nets' batches after the warm start's pretraining (-1 = warm_start_share, the same as the strategy net's). 0: the advantage nets learn from CFR's sampled regrets alone once the run has any, while the strategy net keeps the prior at warm_start_share; their held-out error in metrics.jsonl (adv_heldout_mse_*) is then the regrets' alone. Needs a lasting prior (warm_start_share > 0) when not -1."""
     exit_rounds: int = 0
     """Rounds of expert iteration after the warm start (0 = none; needs a lasting prior, warm_start_share > 0). Each round the agent (the strategy net, greedy, with warm_start_explore random moves) plays up to exit_games games, a search over it labels every decision (exit_worlds worlds of heuristic playouts over its exit_topk most likely moves), the labels join the prior's, and fresh nets are pretrained on the pool (warm_start_steps, warm_start_pretrain_budget_s). checkpoints/prior.pt stays the imitation of the warm start's teacher."""
     exit_games: int = 1000
@@ -350,6 +352,7 @@ def validate(cfg):
         ("train.warm_start_advantage", cfg.train.warm_start_advantage > 0),
         ("train.warm_start_steps", cfg.train.warm_start_steps >= 0),
         ("train.warm_start_share", 0.0 <= cfg.train.warm_start_share < 1.0),
+        ("train.adv_prior_share", cfg.train.adv_prior_share == -1.0 or 0.0 <= cfg.train.adv_prior_share < 1.0),
         ("train.value_steps", cfg.train.value_steps >= 0),
         ("train.value_budget_s", math.isfinite(cfg.train.value_budget_s) and cfg.train.value_budget_s >= 0),
         ("train.value_labels", cfg.train.value_labels in ("outcome", "search", "both")),
@@ -413,6 +416,11 @@ def validate(cfg):
         raise ConfigError(f"config train.exit_rounds: expert iteration pools its labels with the warm start's in a "
                           f"lasting prior; it needs train.warm_start_games > 0 and train.warm_start_share > 0 "
                           f"(got {cfg.train.warm_start_games} and {cfg.train.warm_start_share:g})")
+    if cfg.train.adv_prior_share != -1.0 and (cfg.train.warm_start_games == 0 or cfg.train.warm_start_share == 0):
+        raise ConfigError(f"config train.adv_prior_share: {cfg.train.adv_prior_share:g} sets the share of a lasting "
+                          f"prior in the advantage batches; it needs train.warm_start_games > 0 and "
+                          f"train.warm_start_share > 0 (got {cfg.train.warm_start_games} and "
+                          f"{cfg.train.warm_start_share:g}), or -1")
     if cfg.train.value_steps > 0 and cfg.train.warm_start_games == 0:
         raise ConfigError("config train.value_steps: the value net trains on the warm start's games; "
                           "it needs train.warm_start_games > 0")

@@ -221,7 +221,7 @@ class Trainer:
                                    f"in {stats['seconds']:.0f} s{stopped}"))
         if tr.warm_start_share > 0:
             self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
-            memories = {f"adv{p}": PriorMix(self.adv_mem[p], adv[p], tr.warm_start_share) for p in (0, 1)}
+            memories = {f"adv{p}": PriorMix(self.adv_mem[p], adv[p], self._prior_share(f"adv{p}")) for p in (0, 1)}
             memories["strategy"] = PriorMix(self.strat_mem, strat, tr.warm_start_share)
         else:
             for p in (0, 1):
@@ -366,7 +366,13 @@ class Trainer:
         memory = self.strat_mem if name == "strategy" else self.adv_mem[int(name[-1])]
         if self.prior is None:
             return memory
-        return PriorMix(memory, self.prior[name], self.cfg.train.warm_start_share)
+        return PriorMix(memory, self.prior[name], self._prior_share(name))
+
+    def _prior_share(self, name):
+        """The lasting prior's share of `name`'s batches: train.adv_prior_share
+        for the advantage nets where it is set, else train.warm_start_share."""
+        tr = self.cfg.train
+        return tr.adv_prior_share if name != "strategy" and tr.adv_prior_share != -1.0 else tr.warm_start_share
 
     def _train_advantage(self, p, t):
         name = f"adv{p}"

@@ -429,11 +429,13 @@ class PriorMix:
     samples). A prior row weighs as much as the memory rows of its batch
     on average, so `share` is the prior's share of every batch's loss: the
     nets keep the heuristic as a prior that CFR's regrets must outweigh, in
-    the manner of a magnet policy, instead of a start that fades."""
+    the manner of a magnet policy, instead of a start that fades. While
+    `memory` is empty every row is the prior's (the warm start's
+    pretraining); share 0 then leaves the prior out once it has rows."""
 
     def __init__(self, memory, prior, share):
-        if not 0.0 < share < 1.0:
-            raise ValueError(f"the prior's share must be in (0, 1), got {share}")
+        if not 0.0 <= share < 1.0:
+            raise ValueError(f"the prior's share must be in [0, 1), got {share}")
         self.memory = memory
         self.prior = prior
         self.share = float(share)
@@ -446,6 +448,8 @@ class PriorMix:
     def sample(self, batch_size, rng):
         k = batch_size if self.memory.size == 0 else int(round(batch_size * self.share))
         idx = rng.integers(0, self.prior_rows, size=k)
+        if k == 0:
+            return self.memory.sample(batch_size, rng)
         part = {name: self.prior[name][idx] for name in ("info", "target", "mask")}
         if k == batch_size:
             part["weight"] = np.ones(k, np.float32)
