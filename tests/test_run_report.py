@@ -131,6 +131,16 @@ def test_summary_says_what_the_self_play_did_and_where_cfrs_agent_is():
         assert "self-play" not in final_summary(none, "r", cfg, 1)
 
 
+def test_iteration_line_shows_the_advantage_nets_held_out_error_next_to_zeros():
+    from trainer.summary import iteration_line
+    m = {"iteration": 7, "time_traverse_s": 2.0, "time_train_s": 4.0, "queries_per_s": 27000.0,
+         "adv_loss_0": 0.13, "adv_loss_1": 0.14}
+    assert "held-out" not in iteration_line(m)
+    m.update(adv_heldout_mse_0=0.1425, adv_heldout_mse_1=0.1427, adv_heldout_zero_mse_0=0.1692,
+             adv_heldout_zero_mse_1=0.1697)
+    assert "adv held-out 0.1425/0.1427 (zero 0.1692/0.1697)" in iteration_line(m)
+
+
 def test_opponent_results_reads_any_opponent_name():
     r = opponent_results({"vs_my_bot_win_rate": 0.25, "vs_my_bot_margin": 3.0, "vs_other_win_rate": None})
     assert r == [{"opponent": "my_bot", "win_rate": 0.25, "win_lo": None, "win_hi": None, "margin": 3.0,

@@ -9,6 +9,10 @@ def iteration_line(m):
     """The one log line of an iteration."""
     parts = [f"iter {m['iteration']}", f"traverse {m['time_traverse_s']:.1f}s", f"train {m['time_train_s']:.1f}s",
              f"{m['queries_per_s']:,.0f} queries/s", f"adv loss {m.get('adv_loss_0') or 0:.4g}/{m.get('adv_loss_1') or 0:.4g}"]
+    if "adv_heldout_mse_0" in m and "adv_heldout_mse_1" in m:
+        # the advantage nets on this iteration's new samples, before training on them
+        parts.append(f"adv held-out {m['adv_heldout_mse_0']:.4g}/{m['adv_heldout_mse_1']:.4g} "
+                     f"(zero {m['adv_heldout_zero_mse_0']:.4g}/{m['adv_heldout_zero_mse_1']:.4g})")
     for key in ("exploitability", "openspiel_exploitability", "strategy_net_exploitability"):
         if key in m:
             parts.append(f"{key} {m[key]:.4g}")
