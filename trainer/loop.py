@@ -194,7 +194,7 @@ class Trainer:
         rows are saved in the run directory (warm_start_rows.npz), and a
         resumed run reads them back. Returns the warm start's metrics
         (warm_start_games_labelled and its times) for metrics.jsonl."""
-        from trainer.warmstart import PriorMix, heuristic_rows, save_prior, teacher_name
+        from trainer.warmstart import heuristic_rows, save_prior, teacher_name
         tr = self.cfg.train
         t0 = time.monotonic()
         teacher = teacher_name(tr)
@@ -221,8 +221,7 @@ class Trainer:
                                    f"in {stats['seconds']:.0f} s{stopped}"))
         if tr.warm_start_share > 0:
             self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
-            memories = {f"adv{p}": PriorMix(self.adv_mem[p], adv[p], self._prior_share(f"adv{p}")) for p in (0, 1)}
-            memories["strategy"] = PriorMix(self.strat_mem, strat, tr.warm_start_share)
+            memories = {name: self._memory(name) for name in self.prior}
         else:
             for p in (0, 1):
                 adv[p]["weight"] *= tr.warm_start_weight
