@@ -107,9 +107,13 @@ def test_run_trains_the_critic_first_then_the_policy_and_reports_its_totals():
     tuner.run(waves=1, log=lines.append)
     assert all(torch.equal(a, b) for a, b in zip(start, net.parameters()))     # wave 1: the critic only
     assert "critic only" in lines[0]
+    first = tuner.decisions
     stats = tuner.run(waves=1, log=lines.append)
     assert not all(torch.equal(a, b) for a, b in zip(start, net.parameters()))
     assert stats["selfplay_waves"] == 2 and stats["selfplay_games"] == 6
+    # the decisions of both waves in all, and the last wave's on their own
+    assert stats["selfplay_wave_decisions"] == tuner.decisions - first > 0
+    assert stats["selfplay_decisions"] == tuner.decisions > stats["selfplay_wave_decisions"]
     assert "kl" in lines[1] and np.isfinite(stats["selfplay_kl"]) and np.isfinite(stats["selfplay_entropy"])
     with pytest.raises(ValueError, match="budget"):
         tuner.run()

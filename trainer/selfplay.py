@@ -260,7 +260,7 @@ class SelfPlay:
             last = self.update(wave, adv, target, policy=policy)
             self.waves += 1
             done += 1
-            last.update({"wave": self.waves, "decisions": len(adv), "play_s": tp,
+            last.update({"wave": self.waves, "wave_decisions": len(adv), "play_s": tp,
                          "wave_s": time.monotonic() - tw,
                          # the critic's squared error on the wave before it trained on it, next to predicting 0,
                          # both against each decision's own final return (scaled)
