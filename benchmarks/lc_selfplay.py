@@ -14,8 +14,10 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from agents.checkpoint import build_net, game_of, load_checkpoint, prior_checkpoint
@@ -29,7 +31,7 @@ def main(argv=None):
     ap.add_argument("run", help="a run directory or checkpoint file")
     ap.add_argument("--from", dest="start", choices=("latest", "prior"), default="latest",
                     help="the agent to start from: the run's latest checkpoint or its warm-start prior")
-    ap.add_argument("--out", required=True, help="where to save the tuned checkpoint (.pt)")
+    ap.add_argument("--out", help="where to save the tuned checkpoint (.pt); needed unless --speed-waves")
     ap.add_argument("--budget-s", type=float, default=600.0, help="seconds of self-play (default 600)")
     ap.add_argument("--waves", type=int, default=None, help="stop after this many waves instead")
     ap.add_argument("--seed", type=int, default=0)
@@ -37,12 +39,18 @@ def main(argv=None):
     ap.add_argument("--eval-games", type=int, default=0, help="duplicate games per evaluation afterwards (0: none)")
     ap.add_argument("--eval-seed", type=int, default=777)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--speed-waves", type=int, default=0,
+                    help="time N waves in float32 and in bfloat16 from the same agent and print both (no --out)")
     for field, default in SelfPlaySettings.__dataclass_fields__.items():
         if field == "critic_hidden":
             continue
         ap.add_argument("--" + field.replace("_", "-"), type=type(default.default), default=default.default,
                         help=f"trainer.selfplay.SelfPlaySettings.{field} (default {default.default})")
     args = ap.parse_args(argv)
+    if args.speed_waves < 0:
+        ap.error(f"--speed-waves must be >= 0, got {args.speed_waves}")
+    if not args.out and not args.speed_waves:
+        ap.error("--out is needed (where to save the tuned checkpoint), unless --speed-waves")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     source = prior_checkpoint(args.run) if args.start == "prior" else args.run
@@ -52,6 +60,8 @@ def main(argv=None):
         raise SystemExit(f"lc_selfplay: {ckpt['path']} is a {game.name} run; self-play here is for lost_cities")
     settings = SelfPlaySettings(**{f: getattr(args, f) for f in SelfPlaySettings.__dataclass_fields__
                                    if f != "critic_hidden"})
+    if args.speed_waves:
+        return speed(ckpt, game, settings, args.seed, args.speed_waves)
     net = build_net(ckpt, "strategy")
     tuner = SelfPlay(game, net, settings, seed=args.seed)
     print(f"self-play from {ckpt['path']}: {settings}", flush=True)
@@ -76,6 +86,33 @@ def main(argv=None):
         t0 = time.monotonic()
         subprocess.run(cmd, check=True)
         print(f"evaluated in {time.monotonic() - t0:.0f} s", flush=True)
+
+
+
+def speed(ckpt, game, settings, seed, waves):
+    """Seconds a policy wave in float32 and in bfloat16 from the same agent,
+    each measured twice (none, bf16, none, bf16), printed side by side."""
+    times = {"none": [], "bf16": []}
+    print(f"self-play speed from {ckpt['path']}: {waves} policy waves a measurement, "
+          f"{settings.games} games a wave, {settings.epochs} epochs, torch threads {torch.get_num_threads()}",
+          flush=True)
+    for autocast in ("none", "bf16", "none", "bf16"):
+        tuner = SelfPlay(game, build_net(ckpt, "strategy"), replace(settings, autocast=autocast), seed=seed)
+        tuner.run(waves=settings.critic_waves)          # the critic-only waves, untimed
+        t0, phases = time.monotonic(), []
+        for _ in range(waves):
+            last = tuner.run(waves=1)
+            phases.append((last["selfplay_play_s"], last["selfplay_wave_s"], last["selfplay_wave_decisions"]))
+        per_wave = (time.monotonic() - t0) / waves
+        times[autocast].append(per_wave)
+        play = np.mean([p[0] for p in phases])
+        print(f"  {autocast:>4}: {per_wave:.2f} s a wave (play {play:.2f} s, the rest {per_wave - play:.2f} s; "
+              f"{np.mean([p[2] for p in phases]):,.0f} decisions a wave); "
+              f"last wave's kl {last.get('selfplay_kl', float('nan')):.4f}", flush=True)
+    f32, b16 = min(times["none"]), min(times["bf16"])
+    print(json.dumps({"float32_s_per_wave": round(f32, 3), "bf16_s_per_wave": round(b16, 3),
+                      "bf16_waves_per_float32_wave": round(f32 / b16, 2)}), flush=True)
+    return {"float32_s_per_wave": f32, "bf16_s_per_wave": b16}
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import torch
 from lc_helpers import ROOT, SMALL, run_trainer, tiny_net
 
 import engine  # noqa: E402
-from trainer.selfplay import SelfPlay, SelfPlaySettings, masked_log_softmax  # noqa: E402
+from trainer.selfplay import (SelfPlay, SelfPlaySettings, bf16_is_native, masked_log_softmax,  # noqa: E402
+                              resolve_autocast)
 
 torch.set_num_threads(1)
 
@@ -17,7 +18,7 @@ torch.set_num_threads(1)
 def test_a_wave_is_whole_games_of_legal_moves_with_the_nets_own_log_probabilities():
     game = engine.load_game("lost_cities", **SMALL)
     net = tiny_net(game)
-    tuner = SelfPlay(game, net, SelfPlaySettings(games=5), seed=7)
+    tuner = SelfPlay(game, net, SelfPlaySettings(games=5, autocast="none"), seed=7)
     wave, returns = tuner.play_wave()
     assert returns.shape == (5, 2)
     for row, deal in enumerate(wave["deals"]):
@@ -72,10 +73,12 @@ def test_advantages_are_gae_along_each_players_own_decisions(lam):
         np.testing.assert_allclose(target, [0.3, 0.1, -0.3, -0.1, 0.3], atol=1e-6)
 
 
-def test_a_ppo_step_moves_probability_toward_the_move_that_scored():
+@pytest.mark.parametrize("autocast", ["none", "bf16"])
+def test_a_ppo_step_moves_probability_toward_the_move_that_scored(autocast):
     game = engine.load_game("lost_cities", **SMALL)
     net = tiny_net(game)
-    tuner = SelfPlay(game, net, SelfPlaySettings(games=4, lr=1e-2, epochs=1, target_kl=0, minibatch=10_000), seed=1)
+    tuner = SelfPlay(game, net, SelfPlaySettings(games=4, lr=1e-2, epochs=1, target_kl=0, minibatch=10_000,
+                                                 autocast=autocast), seed=1)
     wave, _ = tuner.play_wave()
     n = len(wave["action"])
     i = int(np.flatnonzero(wave["mask"].sum(1) >= 2)[0])         # a decision with a choice
@@ -85,11 +88,11 @@ def test_a_ppo_step_moves_probability_toward_the_move_that_scored():
 
     def logp():
         with torch.no_grad():
-            lp = masked_log_softmax(net(torch.from_numpy(wave["info"][rows])), torch.from_numpy(wave["mask"][rows]))
+            lp = tuner.log_probs(torch.from_numpy(wave["info"][rows]), torch.from_numpy(wave["mask"][rows]))
         return float(lp[0, wave["action"][i]])
 
     before = logp()
-    assert before == pytest.approx(float(wave["logp"][i]), abs=1e-5)
+    assert before == pytest.approx(float(wave["logp"][i]), abs=1e-5 if autocast == "none" else 2e-2)
     tuner.update(wave, adv, np.zeros(n))
     assert logp() > before
     # the critic-only update leaves the policy as it is
@@ -119,7 +122,47 @@ def test_run_trains_the_critic_first_then_the_policy_and_reports_its_totals():
         tuner.run()
 
 
-@pytest.mark.parametrize("field,value", [("games", 0), ("lam", 1.5), ("clip", 0.0), ("lr", -1.0)])
+def test_bf16_runs_every_forward_in_bfloat16_and_the_ratios_start_at_one():
+    game = engine.load_game("lost_cities", **SMALL)
+    net = tiny_net(game)
+    f32 = SelfPlay(game, net, SelfPlaySettings(games=6, autocast="none"), seed=3)
+    b16 = SelfPlay(game, net, SelfPlaySettings(games=6, autocast="bf16", epochs=1, minibatch=10_000), seed=3)
+    assert (f32.autocast, b16.autocast) == ("none", "bf16")
+    wave, returns = b16.play_wave()
+    x = torch.from_numpy(wave["info"])
+    with torch.no_grad():
+        exact, rounded = f32.forward(net, x), b16.forward(net, x)
+        assert torch.equal(exact, net(x)) and rounded.dtype == torch.float32
+        gap = (rounded - exact).abs().max().item()
+        assert 0 < gap < 0.05 * exact.abs().max().item()     # bfloat16 products: close, not equal
+        # the log-probabilities the wave recorded are the bf16 policy's, not float32's
+        mask = torch.from_numpy(wave["mask"])
+        act = torch.from_numpy(wave["action"])[:, None]
+        lp16 = b16.log_probs(x, mask).gather(1, act)[:, 0].numpy()
+        lp32 = f32.log_probs(x, mask).gather(1, act)[:, 0].numpy()
+    assert np.abs(lp16 - wave["logp"]).mean() < 0.2 * np.abs(lp32 - wave["logp"]).mean()
+    # one minibatch: the update's first ratios are the wave's own, so nothing is clipped and the KL is ~0
+    values = b16.values(wave["info"])
+    adv, target = b16.advantages(wave, returns, values)
+    stats = b16.update(wave, adv, target)
+    assert stats["clipped"] == 0.0 and abs(stats["kl"]) < 1e-3
+    assert np.isfinite(stats["critic_mse"])
+
+
+def test_auto_is_bf16_exactly_where_the_cpu_multiplies_bfloat16_itself():
+    from pathlib import Path
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        flags = set(cpuinfo.read_text().split())
+        assert bf16_is_native("cpu") == bool(flags & {"avx512_bf16", "amx_bf16"})
+    assert resolve_autocast("auto", "cpu") == ("bf16" if bf16_is_native("cpu") else "none")
+    assert resolve_autocast("none", "cpu") == "none" and resolve_autocast("bf16", "cpu") == "bf16"
+    with pytest.raises(ValueError, match="autocast must be one of auto, none, bf16, got 'fp8'"):
+        resolve_autocast("fp8", "cpu")
+
+
+@pytest.mark.parametrize("field,value", [("games", 0), ("lam", 1.5), ("clip", 0.0), ("lr", -1.0),
+                                         ("autocast", "fp16")])
 def test_bad_settings_are_refused_by_name(field, value):
     with pytest.raises(ValueError, match=f"{field}="):
         SelfPlaySettings(**{field: value}).check()
@@ -174,6 +217,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     (["train.selfplay_budget_s=5", "game.name=kuhn_poker", "game.params={}"], "plays lost_cities deals"),
     (["train.selfplay_games=0"], "train.selfplay_games"),
     (["train.selfplay_lr=0"], "train.selfplay_lr"),
+    (["train.selfplay_autocast=fp16"], "train.selfplay_autocast"),
 ])
 def test_bad_self_play_keys_are_refused_by_name(sets, match):
     from trainer.config import ConfigError, load_config

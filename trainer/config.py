@@ -116,6 +116,8 @@ class TrainSection:
     """Deals played together in one self-play wave."""
     selfplay_epochs: int = 2
     """PPO passes over each self-play wave."""
+    selfplay_autocast: str = "auto"
+    """The self-play nets' forwards (playing, the critic's values and the PPO update): bf16 (bfloat16 matrix products, float32 weights and losses), none (float32), or auto: bf16 where the device multiplies bfloat16 in hardware (a CPU with AVX512-BF16 or AMX, a CUDA GPU that supports it), none elsewhere, where bfloat16 is emulated and slower. On the 2-core AMD EPYC box with AVX512-BF16 bf16 plays about 1.6 times as many waves in the same minutes (python -m benchmarks.lc_selfplay RUN --speed-waves 8)."""
 
 
 @dataclass
@@ -374,6 +376,7 @@ def validate(cfg):
         ("train.selfplay_lr", math.isfinite(cfg.train.selfplay_lr) and cfg.train.selfplay_lr > 0),
         ("train.selfplay_games", cfg.train.selfplay_games >= 1),
         ("train.selfplay_epochs", cfg.train.selfplay_epochs >= 1),
+        ("train.selfplay_autocast", cfg.train.selfplay_autocast in ("auto", "none", "bf16")),
         ("eval.every", cfg.eval.every >= 0),
         ("eval.lc_games", cfg.eval.lc_games >= 0),
         ("eval.opponents", all(o in ("random", "heuristic", "cautious") for o in cfg.eval.opponents)),

@@ -419,8 +419,11 @@ class Trainer:
         path = save_playing_checkpoint(before_selfplay_checkpoint(self.run_dir), self.cfg, self.nets,
                                        t, self.value_net, before_selfplay=True)
         self.log(f"self-play: CFR's agent kept as {path}")
-        settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs)
+        settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs,
+                                    autocast=tr.selfplay_autocast)
         tuner = SelfPlay(self.game, self.nets["strategy"], settings, seed=self.cfg.run.seed, device=self.device)
+        self.log(f"self-play: the nets' forwards in {'bfloat16' if tuner.autocast == 'bf16' else 'float32'} "
+                 f"(train.selfplay_autocast: {tr.selfplay_autocast})")
         bar = self._bar(desc=f"self-play: PPO on the strategy net ({tr.selfplay_games} games a wave)", unit="wave",
                         budget_s=budget)
         stats = tuner.run(budget_s=budget, log=self.log, progress=None if bar is None else bar.update)
