@@ -36,6 +36,7 @@ def main(argv=None):
     ap.add_argument("--waves", type=int, default=None, help="stop after this many waves instead")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--device", default="cpu", help="where the nets' forwards and updates run: cpu or cuda[:N]")
     ap.add_argument("--eval-games", type=int, default=0, help="duplicate games per evaluation afterwards (0: none)")
     ap.add_argument("--eval-seed", type=int, default=777)
     ap.add_argument("--jobs", type=int, default=2)
@@ -53,6 +54,9 @@ def main(argv=None):
         ap.error("--out is needed (where to save the tuned checkpoint), unless --speed-waves")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
+        ap.error(f"--device {args.device}: " + ("CUDA is not available to this torch" if args.device.startswith("cuda")
+                                                else "expected cpu or cuda[:N]"))
     source = prior_checkpoint(args.run) if args.start == "prior" else args.run
     ckpt = load_checkpoint(source)
     game = game_of(ckpt)
@@ -61,10 +65,11 @@ def main(argv=None):
     settings = SelfPlaySettings(**{f: getattr(args, f) for f in SelfPlaySettings.__dataclass_fields__
                                    if f != "critic_hidden"})
     if args.speed_waves:
-        return speed(ckpt, game, settings, args.seed, args.speed_waves)
-    net = build_net(ckpt, "strategy")
-    tuner = SelfPlay(game, net, settings, seed=args.seed)
-    print(f"self-play from {ckpt['path']}: {settings}", flush=True)
+        return speed(ckpt, game, settings, args.seed, args.speed_waves, args.device)
+    net = build_net(ckpt, "strategy").to(args.device)
+    tuner = SelfPlay(game, net, settings, seed=args.seed, device=args.device)
+    print(f"self-play from {ckpt['path']} on {args.device}, forwards in "
+          f"{'bfloat16' if tuner.autocast == 'bf16' else 'float32'}: {settings}", flush=True)
     stats = tuner.run(budget_s=None if args.waves else args.budget_s, waves=args.waves,
                       log=lambda line: print(line, flush=True))
     out = Path(args.out)
@@ -89,15 +94,16 @@ def main(argv=None):
 
 
 
-def speed(ckpt, game, settings, seed, waves):
+def speed(ckpt, game, settings, seed, waves, device="cpu"):
     """Seconds a policy wave in float32 and in bfloat16 from the same agent,
     each measured twice (none, bf16, none, bf16), printed side by side."""
     times = {"none": [], "bf16": []}
     print(f"self-play speed from {ckpt['path']}: {waves} policy waves a measurement, "
-          f"{settings.games} games a wave, {settings.epochs} epochs, torch threads {torch.get_num_threads()}",
+          f"{settings.games} games a wave, {settings.epochs} epochs, on {device}, torch threads {torch.get_num_threads()}",
           flush=True)
     for autocast in ("none", "bf16", "none", "bf16"):
-        tuner = SelfPlay(game, build_net(ckpt, "strategy"), replace(settings, autocast=autocast), seed=seed)
+        tuner = SelfPlay(game, build_net(ckpt, "strategy").to(device), replace(settings, autocast=autocast), seed=seed,
+                         device=device)
         tuner.run(waves=settings.critic_waves)          # the critic-only waves, untimed
         t0, phases = time.monotonic(), []
         for _ in range(waves):

@@ -5,7 +5,8 @@
 # measures the steady-state worker scaling curve with the default Lost
 # Cities network, trains a few iterations of configs/lost_cities.yaml on the
 # GPU, measures the batcher and the service's own ceiling, and times colour
-# renaming on the GPU against plain training steps. Each step
+# renaming on the GPU against plain training steps, and times PPO self-play
+# waves in float32 against bfloat16. Each step
 # runs under its own time limit and writes $OUT/<step>.txt (at most 8
 # files); a failed step is reported and the next
 # one still runs. The exit status is 1 if any step failed.
@@ -30,7 +31,7 @@ WORKERS=${WORKERS:-1,4,8,12,15}
 QUICK=${QUICK:-0}
 PY=${PYTHON:-python3}
 TRAIN_WORKERS=${TRAIN_WORKERS:-12}
-STEPS=${STEPS:-tests scaling train bench ceiling augment}      # the build always runs
+STEPS=${STEPS:-tests scaling train bench ceiling augment selfplay}      # the build always runs
 TESTS=${TESTS:-tests/test_batcher.py tests/test_batcher_robustness.py tests/test_trainer.py tests/test_memory.py tests/test_symmetry.py}
 FIF=${FIF:-default}
 ADV=${ADV:-float32}
@@ -127,6 +128,13 @@ fi
 # train.augment_colours on the device: the renaming as tensors there, and training steps with and without it
 # (into bench.txt, to keep $OUT at 8 files)
 has augment && step bench 120 "$PY" -m benchmarks.lc_augment --device "$DEVICE" --games 50 --steps 200
+
+# PPO self-play waves on the device in float32 and in bfloat16 (train.selfplay_autocast), from the train
+# step's agent (into bench.txt as well)
+if has selfplay && has train; then
+    sp=(); [ "$QUICK" = 1 ] && sp=(--games 16 --critic-waves 1)
+    step bench 240 "$PY" -m benchmarks.lc_selfplay /tmp/gpu_check_run --speed-waves 4 --device "$DEVICE" "${sp[@]}"
+fi
 
 echo "== done ($(date +%T)); failed steps: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]

@@ -209,6 +209,16 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert load_policy(str(out), kind="average-greedy").game.name == "lost_cities"
     printed = capsys.readouterr().out
     assert '"selfplay_waves": 2' in printed and "agents.evaluate" in printed
+    # the speed comparison: float32 and bf16 waves from the same agent, side by side, nothing saved
+    figures = lc_selfplay.main([str(run_dir), "--speed-waves", "1", "--games", "3", "--critic-waves", "1"])
+    printed = capsys.readouterr().out
+    assert printed.count("none: ") == 2 and printed.count("bf16: ") == 2
+    assert json.loads(printed.strip().splitlines()[-1])["bf16_s_per_wave"] == pytest.approx(
+        figures["bf16_s_per_wave"], abs=1e-3)
+    assert figures["float32_s_per_wave"] > 0 and figures["bf16_s_per_wave"] > 0
+    with pytest.raises(SystemExit):
+        lc_selfplay.main([str(run_dir), "--waves", "1"])           # no --out and no --speed-waves
+    assert "--out is needed" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("sets,match", [
