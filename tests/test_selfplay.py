@@ -233,3 +233,14 @@ def test_bad_self_play_keys_are_refused_by_name(sets, match):
     from trainer.config import ConfigError, load_config
     with pytest.raises(ConfigError, match=match):
         load_config(ROOT / "configs" / "smoke.yaml", sets)
+
+
+@pytest.mark.parametrize("device,match", [("cuda", "CUDA is not available"), ("tpu", "expected cpu or cuda")])
+def test_the_benchmark_refuses_a_device_it_cannot_use_by_name(device, match, capsys):
+    from benchmarks import lc_selfplay
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    with pytest.raises(SystemExit):
+        lc_selfplay.main(["no-such-run", "--out", "never.pt", "--device", device])
+    err = capsys.readouterr().err
+    assert f"--device {device}: {match}" in err
