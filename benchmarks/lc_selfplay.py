@@ -108,12 +108,12 @@ def speed(ckpt, game, settings, seed, waves, device="cpu"):
         t0, phases = time.monotonic(), []
         for _ in range(waves):
             last = tuner.run(waves=1)
-            phases.append((last["selfplay_play_s"], last["selfplay_wave_s"], last["selfplay_wave_decisions"]))
+            phases.append((last["selfplay_play_s"], last["selfplay_wave_decisions"]))
         per_wave = (time.monotonic() - t0) / waves
         times[autocast].append(per_wave)
         play = np.mean([p[0] for p in phases])
         print(f"  {autocast:>4}: {per_wave:.2f} s a wave (play {play:.2f} s, the rest {per_wave - play:.2f} s; "
-              f"{np.mean([p[2] for p in phases]):,.0f} decisions a wave); "
+              f"{np.mean([p[1] for p in phases]):,.0f} decisions a wave); "
               f"last wave's kl {last.get('selfplay_kl', float('nan')):.4f}", flush=True)
     f32, b16 = min(times["none"]), min(times["bf16"])
     print(json.dumps({"float32_s_per_wave": round(f32, 3), "bf16_s_per_wave": round(b16, 3),
