@@ -6,7 +6,13 @@
 # Cities network, trains a few iterations of configs/lost_cities.yaml on the
 # GPU, measures the batcher and the service's own ceiling, and times colour
 # renaming on the GPU against plain training steps, and times PPO self-play
-# waves in float32 against bfloat16. Each step
+# waves in float32 against bfloat16. Two more steps, not in the default
+# list: `cutoffs` (traverser.bench --cutoffs with the forwards on the
+# device: a worker's CPU a node with value cutoffs against playout cutoffs)
+# and `recipe` (configs/lost_cities.yaml with every phase budgeted by wall
+# clock and squeezed into RECIPE_S seconds; its agents come back as
+# $OUT/recipe_run.tar, a run directory of strategy nets to judge on the CPU
+# with agents.evaluate). Each step
 # runs under its own time limit and writes $OUT/<step>.txt (at most 8
 # files); a failed step is reported and the next
 # one still runs. The exit status is 1 if any step failed.
@@ -15,6 +21,9 @@
 #   DEVICE=cpu WORKERS=1,2 QUICK=1 bash scripts/gpu_check.sh   # the same steps, small, on a CPU box
 #   STEPS="tests scaling" TESTS=tests/test_batcher.py WORKERS=12,15 FIF="1 2" bash scripts/gpu_check.sh
 #       # some steps only; the scaling curve once per batcher --forwards-in-flight value
+#   STEPS="cutoffs recipe" RECIPE_S=360 bash scripts/gpu_check.sh
+#       # value against playout cutoffs, then the recipe in 6 minutes: labels for a third of
+#       # it, pretraining for a sixth, CFR through the batcher, PPO self-play for the last third
 #   STEPS=scaling WORKERS=12,15 ADV="float32 float16 float32 float16" bash scripts/gpu_check.sh
 #       # the scaling curve once per answer dtype, in the order given (alternate to see drift);
 #       # the ceiling once per distinct answer dtype
@@ -36,6 +45,7 @@ TESTS=${TESTS:-tests/test_batcher.py tests/test_batcher_robustness.py tests/test
 FIF=${FIF:-default}
 ADV=${ADV:-float32}
 SHM=${SHM:-on}
+RECIPE_S=${RECIPE_S:-360}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -135,6 +145,53 @@ if has selfplay && has train; then
     sp=(); [ "$QUICK" = 1 ] && sp=(--games 16 --critic-waves 1)
     step bench 240 "$PY" -m benchmarks.lc_selfplay /tmp/gpu_check_run --speed-waves 4 --device "$DEVICE" "${sp[@]}"
 fi
+
+# the GPU recipe in RECIPE_S seconds, every phase by wall clock: labels on every core for a third, the
+# pretraining for a sixth, CFR through the batcher and TRAIN_WORKERS workers, PPO self-play for the last
+# third, then a short final evaluation (the agents are judged on the CPU box: recipe_run.tar)
+if has recipe; then
+    rm -rf /tmp/gpu_check_recipe
+    rq=(); [ "$QUICK" = 1 ] && rq=(--set train.warm_start_worlds=4 --set train.traversals=200 --set eval.lc_games=20)
+    step recipe $((RECIPE_S + 120)) "$PY" -m trainer --config configs/lost_cities.yaml --run-dir /tmp/gpu_check_recipe \
+        --set train.device="$DEVICE" --set service.batcher_device="$DEVICE" --set service.workers="$TRAIN_WORKERS" \
+        --set train.time_limit_s="$RECIPE_S" --set train.warm_start_budget_s=$((RECIPE_S / 3)) \
+        --set train.warm_start_pretrain_budget_s=$((RECIPE_S / 6)) --set train.selfplay_budget_s=$((RECIPE_S / 3)) \
+        --set eval.every=0 --set eval.lc_games=200 --set eval.exploiter_games=0 --set run.progress=false "${rq[@]}"
+    # the strategy nets of the final agent, CFR's agent and the prior, as a run directory (a few MB)
+    "$PY" - /tmp/gpu_check_recipe "$OUT/recipe_run.tar" >>"$OUT/recipe.txt" 2>&1 <<'EOF'
+import json, sys, tarfile, tempfile
+from pathlib import Path
+import torch
+from agents.checkpoint import BEFORE_SELFPLAY, PRIOR, latest_checkpoint
+run, out = Path(sys.argv[1]), sys.argv[2]
+with tempfile.TemporaryDirectory() as tmp:
+    d = Path(tmp) / "recipe_run"
+    (d / "checkpoints").mkdir(parents=True)
+    final = latest_checkpoint(run)
+    for src in (final, run / "checkpoints" / PRIOR, run / "checkpoints" / BEFORE_SELFPLAY):
+        if src is None or not src.exists():
+            print("recipe_run.tar: missing", src)
+            continue
+        ck = torch.load(src, map_location="cpu", weights_only=True)
+        keep = {k: ck[k] for k in ("format", "config", "iteration", "net_spec") if k in ck}
+        torch.save({**keep, "nets": {"strategy": ck["nets"]["strategy"]}}, d / "checkpoints" / src.name)
+    if final is not None:
+        (d / "checkpoints" / "latest").write_text(final.name)
+    if (run / "metrics.jsonl").exists():
+        (d / "metrics.jsonl").write_bytes((run / "metrics.jsonl").read_bytes())
+    with tarfile.open(out, "w") as t:
+        t.add(d, arcname="recipe_run")
+for line in open(run / "metrics.jsonl"):
+    m = json.loads(line)
+    print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in m.items()
+           if k.startswith(("iteration", "time_", "wall", "nodes", "warm_start_games", "selfplay_", "vs_",
+                            "adv_heldout", "batcher")) and not isinstance(v, (list, dict))})
+EOF
+fi
+
+# value cutoffs against playout cutoffs, in process, the forwards on the device
+has cutoffs && step cutoffs 150 "$PY" -m traverser.bench --cutoffs --rounds "$([ "$QUICK" = 1 ] && echo 1 || echo 2)" \
+    --scale "$([ "$QUICK" = 1 ] && echo 0.05 || echo 0.25)" --device "$DEVICE"
 
 echo "== done ($(date +%T)); failed steps: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]

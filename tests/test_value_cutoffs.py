@@ -317,3 +317,31 @@ def test_a_worker_refuses_a_batcher_whose_nets_answer_no_value():
         with pytest.raises(ValueError, match="answer_width"):
             run_remote(game, cfg, srv.endpoint, ids, ids % 2, 1, 0, 1.0, lambda a, s: None,
                        groups_per_thread=1, machines=3, context=srv.ctx, timeout_s=10)
+
+
+def test_the_cutoffs_benchmark_runs_both_modes_on_the_same_roots():
+    """traverser.bench --cutoffs, small: both modes visit nodes, the value
+    mode values every cutoff by the net and plays no playout, the playout
+    mode the reverse, and the device is recorded."""
+    from traverser.bench import bench_cutoffs
+    r = bench_cutoffs(rounds=1, traversals=16, machines=8, hidden=(16,), device="cpu")
+    assert r["device"] == "cpu" and len(r["runs"]["playout"]) == len(r["runs"]["value"]) == 1
+    play, val = r["runs"]["playout"][0], r["runs"]["value"][0]
+    assert play["cutoffs"] > 0 and play["value_cutoffs"] == 0 and play["rollout_moves"] > 0
+    assert val["cutoffs"] == val["value_cutoffs"] > 0 and val["rollout_moves"] == 0
+    assert val["request_rows"] > play["request_rows"]          # a row for every cutoff on top of the queries
+    assert r["value_over_playout_nodes_per_s"] > 0
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--cutoffs", "--device", "cuda"], "--device cuda: CUDA is not available"),
+    (["--cutoffs", "--device", "tpu"], "--device tpu: expected cpu or cuda"),
+    (["--device", "cuda:0"], "--device goes with --cutoffs"),
+])
+def test_the_cutoffs_benchmark_refuses_a_device_it_cannot_use_by_name(argv, match, capsys):
+    from traverser import bench
+    if "cuda" in argv[-1] and "--cutoffs" in argv and torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    with pytest.raises(SystemExit):
+        bench.main(argv)
+    assert match in capsys.readouterr().err

@@ -9,7 +9,7 @@ and (b) again with 2 stepping threads (how threads scale), and with the
 forward under bf16 autocast.
 nodes/s counts every node entered; mean batch = request rows / forwards.
 
-`python -m traverser.bench --cutoffs [--rounds R] [--json]` instead compares
+`python -m traverser.bench --cutoffs [--rounds R] [--device cuda] [--json]` compares
 cutoff values (issue 28, part 2) for Lost Cities with the traversal of
 configs/lost_cities_cpu.yaml (external sampling, max_depth 4, prefix_max 90,
 4 heuristic playouts over redealt hidden cards) in one process, one core:
@@ -18,6 +18,9 @@ cutoffs (value_cutoff 1, the same MLP with a 256x256 value MLP beside it,
 answered in one forward by the local evaluator), alternated R times; it
 prints each mode's median nodes/s and cutoffs/s, the share of the wall
 time spent in the forwards, and the rest (stepping, playouts) per node.
+With --device cuda the forwards run on the GPU and the stepping and
+playouts stay on this core: a worker's view of a GPU batcher, without the
+sockets.
 """
 import argparse
 import json
@@ -102,8 +105,8 @@ LC_CPU_TRAVERSAL = dict(algorithm="external", max_depth=4, prefix_max=90, rollou
 class _TimedEvaluator(LocalEvaluator):
     """The local evaluator, with the wall time of its calls summed."""
 
-    def __init__(self, models):
-        super().__init__(models)
+    def __init__(self, models, device="cpu"):
+        super().__init__(models, device=device)
         self.seconds = 0.0
 
     def __call__(self, group, n):
@@ -112,9 +115,9 @@ class _TimedEvaluator(LocalEvaluator):
         self.seconds += time.perf_counter() - t0
 
 
-def bench_cutoffs(rounds=3, traversals=4096, machines=512, hidden=(256, 256)):
+def bench_cutoffs(rounds=3, traversals=4096, machines=512, hidden=(256, 256), device="cpu"):
     """Playout cutoffs against value cutoffs, alternated `rounds` times in this
-    process; returns each mode's runs and medians."""
+    process, the forwards on `device`; returns each mode's runs and medians."""
     game = engine.load_game("lost_cities", **LC_CPU_GAME)
     T = game.information_state_tensor_size()
     advs = {p: net_for_game(game, hidden, seed=p) for p in (0, 1)}
@@ -129,7 +132,7 @@ def bench_cutoffs(rounds=3, traversals=4096, machines=512, hidden=(256, 256)):
     ids = np.arange(traversals)
     for r in range(rounds):
         for mode, (cfg, nets) in modes.items():
-            ev = _TimedEvaluator(nets)
+            ev = _TimedEvaluator(nets, device)
             # fresh ids each round: different roots, the same for both modes
             t0 = time.perf_counter()
             _, _, st = run_local(game, cfg, ids, ids % 2, iteration=1, run_seed=r + 1, evaluator=ev, groups=2,
@@ -142,7 +145,7 @@ def bench_cutoffs(rounds=3, traversals=4096, machines=512, hidden=(256, 256)):
                                "rollout_moves": st["rollout_moves"], "request_rows": ev.rows,
                                "mean_batch": ev.rows / max(ev.forwards, 1)})
     out = {"game": {"name": "lost_cities", "params": LC_CPU_GAME}, "traversal": LC_CPU_TRAVERSAL,
-           "hidden": list(hidden), "value_hidden": list(hidden), "traversals_per_run": traversals,
+           "hidden": list(hidden), "value_hidden": list(hidden), "traversals_per_run": traversals, "device": device,
            "machines": machines, "rounds": rounds, "runs": runs}
     for mode, rs in runs.items():
         out[mode] = {k: float(np.median([x[k] for x in rs]))
@@ -162,14 +165,21 @@ def main(argv=None):
     ap.add_argument("--cutoffs", action="store_true",
                     help="compare playout cutoffs with value cutoffs (Lost Cities, lost_cities_cpu.yaml's traversal)")
     ap.add_argument("--rounds", type=int, default=3, help="--cutoffs: alternations of the two modes")
+    ap.add_argument("--device", default="cpu",
+                    help="--cutoffs: where the forwards run, cpu or cuda[:N] (the stepping stays on this process's core)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if args.device != "cpu" and not args.cutoffs:
+        ap.error("--device goes with --cutoffs (the other rows measure the CPU)")
+    if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
+        ap.error(f"--device {args.device}: " + ("CUDA is not available to this torch" if args.device.startswith("cuda")
+                                                else "expected cpu or cuda[:N]"))
     if args.cutoffs:
         if args.rounds < 1 or args.scale <= 0:
             ap.error("--rounds must be >= 1 and --scale > 0")
-        r = bench_cutoffs(args.rounds, max(args.machines, int(4096 * args.scale)), args.machines)
+        r = bench_cutoffs(args.rounds, max(args.machines, int(4096 * args.scale)), args.machines, device=args.device)
         if args.json:
-            json.dump({"cutoffs": r, "torch_threads": 1}, sys.stdout, indent=1)
+            json.dump({"cutoffs": r, "torch_threads": 1, "device": args.device}, sys.stdout, indent=1)
             print()
         else:
             for mode in ("playout", "value"):
@@ -177,7 +187,7 @@ def main(argv=None):
                 print(f"{mode} cutoffs: {m['nodes_per_s']:,.0f} nodes/s, {m['cutoffs_per_s']:,.0f} cutoffs/s, "
                       f"forwards {100 * m['forward_share']:.0f}% of the time (mean batch {m['mean_batch']:.0f}), "
                       f"the rest {m['other_us_per_node']:.1f} us a node (median of {args.rounds})")
-            print(f"value / playout nodes/s: {r['value_over_playout_nodes_per_s']:.2f}x")
+            print(f"value / playout nodes/s: {r['value_over_playout_nodes_per_s']:.2f}x (forwards on {args.device})")
         return
     results = {}
     for name in args.games:
