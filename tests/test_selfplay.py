@@ -161,6 +161,15 @@ def test_auto_is_bf16_exactly_where_the_cpu_multiplies_bfloat16_itself():
         resolve_autocast("fp8", "cpu")
 
 
+def test_auto_is_float32_on_a_gpu_even_one_with_bfloat16(monkeypatch):
+    """On an H200 bf16 waves were slower than float32's, so auto keeps float32
+    on CUDA whatever the GPU supports; bf16 asked for by name stays bf16."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert bf16_is_native("cuda")
+    assert resolve_autocast("auto", "cuda") == "none" and resolve_autocast("auto", "cuda:0") == "none"
+    assert resolve_autocast("bf16", "cuda") == "bf16"
+
+
 @pytest.mark.parametrize("field,value", [("games", 0), ("lam", 1.5), ("clip", 0.0), ("lr", -1.0),
                                          ("autocast", "fp16")])
 def test_bad_settings_are_refused_by_name(field, value):

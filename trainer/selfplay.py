@@ -98,11 +98,18 @@ def bf16_is_native(device):
 
 
 def resolve_autocast(autocast, device):
-    """"bf16" or "none": what `autocast` ("auto", "none", "bf16") means on `device`."""
+    """"bf16" or "none": what `autocast` ("auto", "none", "bf16") means on
+    `device`. auto is bf16 only on a CPU that multiplies bfloat16 itself,
+    where the products are most of a wave (1.65x float32's waves on the
+    AMD EPYC box). On a GPU a wave's forwards are small and bound by their
+    launches, and the casts cost more than the faster products save: on an
+    H200 a bf16 wave took 1.35x float32's (2026-12-04, docs/benchmarks.md,
+    "GPU box"), so auto is none there."""
     if autocast not in AUTOCASTS:
         raise ValueError(f"self-play autocast must be one of {', '.join(AUTOCASTS)}, got {autocast!r}")
     if autocast == "auto":
-        return "bf16" if bf16_is_native(device) else "none"
+        device = torch.device(device)
+        return "bf16" if device.type == "cpu" and bf16_is_native(device) else "none"
     return autocast
 
 
