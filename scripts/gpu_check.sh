@@ -113,7 +113,8 @@ rm -rf /tmp/gpu_check_run
 has train && step train 240 "$PY" -m trainer --config configs/lost_cities.yaml --run-dir /tmp/gpu_check_run \
     --set train.device="$DEVICE" --set service.batcher_device="$DEVICE" --set service.workers="$TRAIN_WORKERS" \
     --set train.iterations=$iters --set train.traversals=$trav "${ws[@]}" --set eval.every=0 \
-    --set eval.lc_games=200 --set eval.exploiter_games=0 --set run.progress=false --set run.checkpoint_every=0
+    --set eval.lc_games=200 --set eval.exploiter_games=0 --set run.progress=false --set run.checkpoint_every=0 \
+    --set train.time_limit_s=0 --set train.selfplay_budget_s=0
 has train && "$PY" - >>"$OUT/train.txt" 2>&1 <<'EOF'
 import json
 for line in open("/tmp/gpu_check_run/metrics.jsonl"):
