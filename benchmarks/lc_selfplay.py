@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from agents.checkpoint import build_net, game_of, load_checkpoint, prior_checkpoint
+from batcher.options import DeviceError, resolve_device
 from trainer.checkpoint import write_durably
 from trainer.selfplay import SelfPlay, SelfPlaySettings
 
@@ -36,7 +37,7 @@ def main(argv=None):
     ap.add_argument("--waves", type=int, default=None, help="stop after this many waves instead")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--device", default="cpu", help="where the nets' forwards and updates run: cpu or cuda[:N]")
+    ap.add_argument("--device", default="cpu", help="where the nets' forwards and updates run: cpu, cuda[:N] or auto")
     ap.add_argument("--eval-games", type=int, default=0, help="duplicate games per evaluation afterwards (0: none)")
     ap.add_argument("--eval-seed", type=int, default=777)
     ap.add_argument("--jobs", type=int, default=2)
@@ -54,9 +55,10 @@ def main(argv=None):
         ap.error("--out is needed (where to save the tuned checkpoint), unless --speed-waves")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
-        ap.error(f"--device {args.device}: " + ("CUDA is not available to this torch" if args.device.startswith("cuda")
-                                                else "expected cpu or cuda[:N]"))
+    try:
+        args.device = str(resolve_device(args.device))
+    except DeviceError as e:
+        ap.error(str(e))
     source = prior_checkpoint(args.run) if args.start == "prior" else args.run
     ckpt = load_checkpoint(source)
     game = game_of(ckpt)

@@ -32,6 +32,7 @@ import torch
 
 import engine
 from batcher.networks import MLP, AdvantageValue, net_for_game
+from batcher.options import DeviceError, resolve_device
 from traverser.config import TraverserConfig
 from traverser.local import LocalEvaluator, run_local
 from traverser.reference import ReferenceTraverser
@@ -166,20 +167,21 @@ def main(argv=None):
                     help="compare playout cutoffs with value cutoffs (Lost Cities, lost_cities_cpu.yaml's traversal)")
     ap.add_argument("--rounds", type=int, default=3, help="--cutoffs: alternations of the two modes")
     ap.add_argument("--device", default="cpu",
-                    help="--cutoffs: where the forwards run, cpu or cuda[:N] (the stepping stays on this process's core)")
+                    help="--cutoffs: where the forwards run, cpu, cuda[:N] or auto (the stepping stays on this process's core)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if args.device != "cpu" and not args.cutoffs:
         ap.error("--device goes with --cutoffs (the other rows measure the CPU)")
-    if args.device != "cpu" and not (args.device.startswith("cuda") and torch.cuda.is_available()):
-        ap.error(f"--device {args.device}: " + ("CUDA is not available to this torch" if args.device.startswith("cuda")
-                                                else "expected cpu or cuda[:N]"))
+    try:
+        device = str(resolve_device(args.device))
+    except DeviceError as e:
+        ap.error(str(e))
     if args.cutoffs:
         if args.rounds < 1 or args.scale <= 0:
             ap.error("--rounds must be >= 1 and --scale > 0")
-        r = bench_cutoffs(args.rounds, max(args.machines, int(4096 * args.scale)), args.machines, device=args.device)
+        r = bench_cutoffs(args.rounds, max(args.machines, int(4096 * args.scale)), args.machines, device=device)
         if args.json:
-            json.dump({"cutoffs": r, "torch_threads": 1, "device": args.device}, sys.stdout, indent=1)
+            json.dump({"cutoffs": r, "torch_threads": 1, "device": device}, sys.stdout, indent=1)
             print()
         else:
             for mode in ("playout", "value"):
@@ -187,7 +189,7 @@ def main(argv=None):
                 print(f"{mode} cutoffs: {m['nodes_per_s']:,.0f} nodes/s, {m['cutoffs_per_s']:,.0f} cutoffs/s, "
                       f"forwards {100 * m['forward_share']:.0f}% of the time (mean batch {m['mean_batch']:.0f}), "
                       f"the rest {m['other_us_per_node']:.1f} us a node (median of {args.rounds})")
-            print(f"value / playout nodes/s: {r['value_over_playout_nodes_per_s']:.2f}x (forwards on {args.device})")
+            print(f"value / playout nodes/s: {r['value_over_playout_nodes_per_s']:.2f}x (forwards on {device})")
         return
     results = {}
     for name in args.games:
