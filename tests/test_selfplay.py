@@ -10,7 +10,7 @@ from lc_helpers import ROOT, SMALL, run_trainer, tiny_net
 
 import engine  # noqa: E402
 from trainer.selfplay import (SelfPlay, SelfPlaySettings, bf16_is_native, masked_log_softmax,  # noqa: E402
-                              resolve_autocast)
+                              resolve_autocast, scheduled_lr)
 
 torch.set_num_threads(1)
 
@@ -122,6 +122,55 @@ def test_run_trains_the_critic_first_then_the_policy_and_reports_its_totals():
         tuner.run()
 
 
+def test_the_learning_rate_holds_then_falls_in_a_straight_line_to_zero_at_the_budgets_end():
+    # hold 100 s of a 300 s stage: 2e-4 up to 100 s, then 200 s of straight line down to 0
+    assert scheduled_lr(2e-4, 100, 300, 0) == 2e-4
+    assert scheduled_lr(2e-4, 100, 300, 100) == 2e-4
+    assert scheduled_lr(2e-4, 100, 300, 150) == pytest.approx(1.5e-4)
+    assert scheduled_lr(2e-4, 100, 300, 250) == pytest.approx(0.5e-4)
+    assert scheduled_lr(2e-4, 100, 300, 300) == 0.0
+    assert scheduled_lr(2e-4, 100, 300, 330) == 0.0             # a wave started late never gets a negative rate
+    assert scheduled_lr(2e-4, 0, 300, 150) == pytest.approx(1e-4)
+    # no schedule, no budget, or a budget inside the hold: the rate throughout
+    assert scheduled_lr(2e-4, -1, 300, 250) == 2e-4
+    assert scheduled_lr(2e-4, 100, None, 250) == 2e-4
+    assert scheduled_lr(2e-4, 1320, 1320, 1319) == scheduled_lr(2e-4, 1320, 1320, 1400) == 2e-4
+
+
+class StepClock:
+    """A monotonic clock that moves 1 s each time it is read."""
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_run_gives_the_optimiser_each_waves_scheduled_rate(monkeypatch):
+    import trainer.selfplay as selfplay
+    clock = StepClock()
+    monkeypatch.setattr(selfplay, "time", clock)
+    game = engine.load_game("lost_cities", **SMALL)
+    tuner = SelfPlay(game, tiny_net(game), SelfPlaySettings(games=2, critic_waves=0, lr=1e-3, lr_hold_s=5), seed=4)
+    seen, update = [], tuner.update
+
+    def recording_update(*args, **kwargs):
+        seen.append((clock.now, tuner.opt.param_groups[0]["lr"]))
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(tuner, "update", recording_update)
+    stats = tuner.run(budget_s=20)
+    assert len(seen) >= 4
+    # each wave's rate is the schedule's at the wave's start: the stage starts at tick 1, and a wave's start is read
+    # the tick before its play time, which is the last tick before its update
+    for now, lr in seen:
+        assert lr == pytest.approx(scheduled_lr(1e-3, 5, 20, (now - 1) - 1))
+    rates = [lr for _, lr in seen]
+    assert rates[0] == 1e-3 and rates[-1] < 1e-3 and all(a >= b for a, b in zip(rates, rates[1:]))
+    assert stats["selfplay_lr"] == rates[-1]
+
+
 def test_bf16_runs_every_forward_in_bfloat16_and_the_ratios_start_at_one():
     game = engine.load_game("lost_cities", **SMALL)
     net = tiny_net(game)
@@ -171,7 +220,7 @@ def test_auto_is_float32_on_a_gpu_even_one_with_bfloat16(monkeypatch):
 
 
 @pytest.mark.parametrize("field,value", [("games", 0), ("lam", 1.5), ("clip", 0.0), ("lr", -1.0),
-                                         ("autocast", "fp16")])
+                                         ("autocast", "fp16"), ("lr_hold_s", -2.0), ("lr_hold_s", float("inf"))])
 def test_bad_settings_are_refused_by_name(field, value):
     with pytest.raises(ValueError, match=f"{field}="):
         SelfPlaySettings(**{field: value}).check()
@@ -237,6 +286,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     (["train.selfplay_games=0"], "train.selfplay_games"),
     (["train.selfplay_lr=0"], "train.selfplay_lr"),
     (["train.selfplay_autocast=fp16"], "train.selfplay_autocast"),
+    (["train.selfplay_lr_hold_s=-5"], "train.selfplay_lr_hold_s"),
 ])
 def test_bad_self_play_keys_are_refused_by_name(sets, match):
     from trainer.config import ConfigError, load_config

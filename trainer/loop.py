@@ -420,7 +420,7 @@ class Trainer:
                                        t, self.value_net, before_selfplay=True)
         self.log(f"self-play: CFR's agent kept as {path}")
         settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs,
-                                    autocast=tr.selfplay_autocast)
+                                    autocast=tr.selfplay_autocast, lr_hold_s=tr.selfplay_lr_hold_s)
         tuner = SelfPlay(self.game, self.nets["strategy"], settings, seed=self.cfg.run.seed, device=self.device)
         self.log(f"self-play: the nets' forwards in {'bfloat16' if tuner.autocast == 'bf16' else 'float32'} "
                  f"(train.selfplay_autocast: {tr.selfplay_autocast})")

@@ -20,7 +20,9 @@ from the outcomes instead:
      along that player's own decisions (no reward before the end);
   3. `epochs` passes of clipped-ratio PPO over the wave in minibatches, the
      advantages normalised per wave; an epoch stops early once the mean KL
-     from the wave's policy exceeds `target_kl`.
+     from the wave's policy exceeds `target_kl`. The strategy net's Adam
+     rate is `lr`; with `lr_hold_s` it holds that long into the budget and
+     then falls linearly to 0 at its end (scheduled_lr).
 
 The first `critic_waves` waves train only the critic, so that the first
 policy steps see a baseline and not the raw, noisy returns.
@@ -67,6 +69,7 @@ class SelfPlaySettings:
     critic_hidden: tuple = (256, 256)
     grad_clip: float = 1.0
     autocast: str = "auto"       # the nets' forwards in bfloat16 ("bf16"), float32 ("none"), or "auto" (bf16_is_native)
+    lr_hold_s: float = -1.0      # the lr holds this many seconds, then falls linearly to 0 at the budget's end (-1: holds)
 
     def check(self):
         bad = [name for name, ok in (
@@ -74,13 +77,25 @@ class SelfPlaySettings:
             ("lr", self.lr > 0), ("critic_lr", self.critic_lr > 0), ("clip", self.clip > 0),
             ("lam", 0 <= self.lam <= 1), ("value_scale", self.value_scale > 0), ("entropy", self.entropy >= 0),
             ("target_kl", self.target_kl >= 0), ("critic_waves", self.critic_waves >= 0),
-            ("grad_clip", self.grad_clip >= 0), ("autocast", self.autocast in AUTOCASTS)) if not ok]
+            ("grad_clip", self.grad_clip >= 0), ("autocast", self.autocast in AUTOCASTS),
+            ("lr_hold_s", self.lr_hold_s == -1 or 0 <= self.lr_hold_s < float("inf"))) if not ok]
         if bad:
             raise ValueError(f"bad self-play settings: {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
         return self
 
 
 AUTOCASTS = ("auto", "none", "bf16")
+
+
+def scheduled_lr(lr, hold_s, budget_s, elapsed_s):
+    """The strategy net's learning rate `elapsed_s` seconds into a stage of
+    `budget_s` seconds: `lr` for the first `hold_s` seconds, then a straight
+    line down to 0 at the budget's end (hold_s -1, or no budget: `lr`
+    throughout). A stage no longer than hold_s never decays, so a longer
+    budget leaves the first hold_s seconds as they were."""
+    if hold_s < 0 or budget_s is None or elapsed_s <= hold_s or budget_s <= hold_s:
+        return lr
+    return lr * max(0.0, (budget_s - elapsed_s) / (budget_s - hold_s))
 
 
 def bf16_is_native(device):
@@ -316,10 +331,13 @@ class SelfPlay:
             values = self.values(wave["info"])
             adv, target = self.advantages(wave, returns, values)
             policy = self.waves >= self.settings.critic_waves
+            lr = scheduled_lr(self.settings.lr, self.settings.lr_hold_s, budget_s, tw - t0)
+            for group in self.opt.param_groups:
+                group["lr"] = lr
             last = self.update(wave, adv, target, policy=policy)
             self.waves += 1
             done += 1
-            last.update({"wave": self.waves, "wave_decisions": len(adv), "play_s": tp,
+            last.update({"wave": self.waves, "wave_decisions": len(adv), "play_s": tp, "lr": lr,
                          "wave_s": time.monotonic() - tw,
                          # the critic's squared error on the wave before it trained on it, next to predicting 0,
                          # both against each decision's own final return (scaled)
@@ -338,7 +356,7 @@ def wave_line(m, games, elapsed):
     parts = [f"self-play wave {m['wave']}: {games} games in {elapsed:.0f} s",
              f"critic error on the new wave {m['critic_heldout_mse']:.4f} (zero {m['zero_mse']:.4f})"]
     if "kl" in m:
-        parts.append(f"kl {m['kl']:.4f}, clipped {m['clipped']:.3f}, entropy {m['entropy']:.3f}")
+        parts.append(f"kl {m['kl']:.4f}, clipped {m['clipped']:.3f}, entropy {m['entropy']:.3f}, lr {m['lr']:.2g}")
     else:
         parts.append("critic only")
     parts.append(f"wave {m['wave_s']:.1f} s (play {m['play_s']:.1f} s)")
