@@ -9,7 +9,7 @@ import torch
 from lc_helpers import ROOT, SMALL, run_trainer, tiny_net
 
 import engine  # noqa: E402
-from trainer.selfplay import (SelfPlay, SelfPlaySettings, bf16_is_native, masked_log_softmax,  # noqa: E402
+from trainer.selfplay import (SelfPlay, SelfPlaySettings, bf16_is_native, masked_log_softmax, onednn_isa_cap,  # noqa: E402
                               resolve_autocast, scheduled_lr)
 
 torch.set_num_threads(1)
@@ -203,11 +203,45 @@ def test_auto_is_bf16_exactly_where_the_cpu_multiplies_bfloat16_itself():
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         flags = set(cpuinfo.read_text().split())
-        assert bf16_is_native("cpu") == bool(flags & {"avx512_bf16", "amx_bf16"})
+        assert bf16_is_native("cpu", environ={}) == bool(flags & {"avx512_bf16", "amx_bf16"})
     assert resolve_autocast("auto", "cpu") == ("bf16" if bf16_is_native("cpu") else "none")
     assert resolve_autocast("none", "cpu") == "none" and resolve_autocast("bf16", "cpu") == "bf16"
     with pytest.raises(ValueError, match="autocast must be one of auto, none, bf16, got 'fp8'"):
         resolve_autocast("fp8", "cpu")
+
+
+@pytest.mark.parametrize("environ,cap", [
+    ({}, None),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, "AVX2"),
+    ({"DNNL_MAX_CPU_ISA": "avx512_core"}, "avx512_core"),
+    ({"ONEDNN_MAX_CPU_ISA": "ALL", "DNNL_MAX_CPU_ISA": "AVX2"}, "ALL"),   # oneDNN reads ONEDNN_ first
+    ({"ONEDNN_MAX_CPU_ISA": " ", "DNNL_MAX_CPU_ISA": "AVX2"}, "AVX2"),
+])
+def test_the_onednn_cap_is_read_as_onednn_reads_it(environ, cap):
+    assert onednn_isa_cap(environ) == cap
+
+
+def test_auto_keeps_float32_where_onednn_is_capped_below_bfloat16():
+    """An emulated box without AVX-512 (or without BF16) caps oneDNN while the
+    CPU flags still say bfloat16; bf16 waves there took 13 times float32's."""
+    flagged = bf16_is_native("cpu", environ={})
+    for cap in ("AVX2", "avx2", "AVX512_CORE", "AVX512_CORE_VNNI", "SSE41"):
+        for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+            assert not bf16_is_native("cpu", environ={name: cap}), (name, cap)
+    for cap in ("AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL"):
+        assert bf16_is_native("cpu", environ={"ONEDNN_MAX_CPU_ISA": cap}) == flagged
+
+
+def test_a_capped_onednn_makes_auto_float32_in_a_real_process(tmp_path):
+    """The cap as a user sets it, in the environment of a fresh process."""
+    import os
+    import subprocess
+    import sys
+    code = "from trainer.selfplay import resolve_autocast; print(resolve_autocast('auto', 'cpu'))"
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "none"
 
 
 def test_auto_is_float32_on_a_gpu_even_one_with_bfloat16(monkeypatch):

@@ -119,7 +119,7 @@ class TrainSection:
     selfplay_epochs: int = 2
     """PPO passes over each self-play wave."""
     selfplay_autocast: str = "auto"
-    """The self-play nets' forwards (playing, the critic's values and the PPO update): bf16 (bfloat16 matrix products, float32 weights and losses), none (float32), or auto: bf16 on a CPU that multiplies bfloat16 in hardware (AVX512-BF16 or AMX), none elsewhere: on other CPUs bfloat16 is emulated and slower, and on a GPU the waves' small forwards are bound by their launches. On the 2-core AMD EPYC box with AVX512-BF16, bf16 played 1.65 times as many waves as float32 in the same minutes; on an H200, 0.74 times (2026-12-04, python -m benchmarks.lc_selfplay RUN --speed-waves N; docs/benchmarks.md)."""
+    """The self-play nets' forwards (playing, the critic's values and the PPO update): bf16 (bfloat16 matrix products, float32 weights and losses), none (float32), or auto: bf16 on a CPU that multiplies bfloat16 in hardware (AVX512-BF16 or AMX) with oneDNN not capped below it (ONEDNN_MAX_CPU_ISA), none elsewhere: on other CPUs bfloat16 is emulated and slower, and on a GPU the waves' small forwards are bound by their launches. On the 2-core AMD EPYC box with AVX512-BF16, bf16 played 1.65 times as many waves as float32 in the same minutes; on an H200, 0.74 times (2026-12-04, python -m benchmarks.lc_selfplay RUN --speed-waves N; docs/benchmarks.md)."""
 
 
 @dataclass

@@ -43,6 +43,7 @@ instead, its minutes did not make up for them, and after configs/quick.yaml's
 CFR ten minutes of it added nothing measurable
 (docs/lost_cities_strength.md, "Self-play policy gradient").
 """
+import os
 import time
 from dataclasses import dataclass
 
@@ -98,14 +99,40 @@ def scheduled_lr(lr, hold_s, budget_s, elapsed_s):
     return lr * max(0.0, (budget_s - elapsed_s) / (budget_s - hold_s))
 
 
-def bf16_is_native(device):
+# oneDNN ISA caps under which it has no bfloat16 products of its own
+_ONEDNN_CAPS_WITHOUT_BF16 = frozenset(
+    ("sse41", "avx", "avx2", "avx2_vnni", "avx2_vnni_2", "avx512_core", "avx512_core_vnni"))
+
+
+def onednn_isa_cap(environ=None):
+    """The oneDNN ISA cap in `environ` (os.environ by default) as oneDNN reads
+    it, ONEDNN_MAX_CPU_ISA before DNNL_MAX_CPU_ISA, or None where neither is
+    set. Under a cap below AVX512_CORE_BF16 (AVX2 or AVX512_CORE, as when a
+    box without AVX-512 or without BF16 is emulated) oneDNN multiplies
+    bfloat16 by a fallback: a self-play wave took 13 times float32's under
+    AVX2 on an AMX box whose CPU flags still say bfloat16 (2026-12-06:
+    `ONEDNN_MAX_CPU_ISA=AVX2 python -m benchmarks.lc_selfplay RUN
+    --speed-waves 4`), so auto must not trust the flags there."""
+    environ = os.environ if environ is None else environ
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        cap = environ.get(name, "").strip()
+        if cap:
+            return cap
+    return None
+
+
+def bf16_is_native(device, environ=None):
     """Whether `device` multiplies bfloat16 matrices in hardware: a CUDA GPU
-    that supports it, or a CPU with AVX512-BF16 or AMX. Elsewhere bfloat16
-    is emulated and slower than float32, so "auto" keeps float32 there."""
+    that supports it, or a CPU with AVX512-BF16 or AMX whose oneDNN is not
+    capped below them (onednn_isa_cap). Elsewhere bfloat16 is emulated and
+    slower than float32, so "auto" keeps float32 there."""
     device = torch.device(device)
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
     if device.type != "cpu":
+        return False
+    cap = onednn_isa_cap(environ)
+    if cap is not None and cap.lower() in _ONEDNN_CAPS_WITHOUT_BF16:
         return False
     cpu = getattr(torch, "cpu", None)
     return any(bool(getattr(cpu, probe, lambda: False)()) for probe in
