@@ -23,7 +23,7 @@ import torch
 from agents.checkpoint import build_net, game_of, load_checkpoint, prior_checkpoint
 from batcher.options import DeviceError, resolve_device
 from trainer.checkpoint import write_durably
-from trainer.selfplay import SelfPlay, SelfPlaySettings, onednn_isa_cap
+from trainer.selfplay import SelfPlay, SelfPlaySettings
 
 
 def main(argv=None):
@@ -70,10 +70,7 @@ def main(argv=None):
         return speed(ckpt, game, settings, args.seed, args.speed_waves, args.device)
     net = build_net(ckpt, "strategy").to(args.device)
     tuner = SelfPlay(game, net, settings, seed=args.seed, device=args.device)
-    cap = onednn_isa_cap() if tuner.device.type == "cpu" else None
-    print(f"self-play from {ckpt['path']} on {args.device}, forwards in "
-          f"{'bfloat16' if tuner.autocast == 'bf16' else 'float32'}"
-          + (f" (oneDNN capped at {cap})" if cap else "") + f": {settings}", flush=True)
+    print(f"self-play from {ckpt['path']} on {args.device}, forwards in {tuner.precision()}: {settings}", flush=True)
     stats = tuner.run(budget_s=None if args.waves else args.budget_s, waves=args.waves,
                       log=lambda line: print(line, flush=True))
     out = Path(args.out)

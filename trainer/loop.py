@@ -405,7 +405,7 @@ class Trainer:
         """PPO self-play fine-tuning of the strategy net (trainer/selfplay.py)
         for train.selfplay_budget_s, or what is left of train.time_limit_s.
         Returns its selfplay_* metrics."""
-        from trainer.selfplay import SelfPlay, SelfPlaySettings, onednn_isa_cap
+        from trainer.selfplay import SelfPlay, SelfPlaySettings
         tr = self.cfg.train
         budget = tr.selfplay_budget_s
         if tr.time_limit_s > 0:
@@ -422,10 +422,7 @@ class Trainer:
         settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs,
                                     autocast=tr.selfplay_autocast, lr_hold_s=tr.selfplay_lr_hold_s)
         tuner = SelfPlay(self.game, self.nets["strategy"], settings, seed=self.cfg.run.seed, device=self.device)
-        cap = onednn_isa_cap() if self.device.type == "cpu" else None
-        self.log(f"self-play: the nets' forwards in {'bfloat16' if tuner.autocast == 'bf16' else 'float32'} "
-                 f"(train.selfplay_autocast: {tr.selfplay_autocast}"
-                 + (f"; oneDNN capped at {cap}" if cap else "") + ")")
+        self.log(f"self-play: the nets' forwards in {tuner.precision()} (train.selfplay_autocast: {tr.selfplay_autocast})")
         bar = self._bar(desc=f"self-play: PPO on the strategy net ({tr.selfplay_games} games a wave)", unit="wave",
                         budget_s=budget)
         stats = tuner.run(budget_s=budget, log=self.log, progress=None if bar is None else bar.update)

@@ -187,6 +187,12 @@ class SelfPlay:
         self.games_played = 0
         self.decisions = 0
 
+    def precision(self):
+        """The forwards' precision as the logs name it, with the oneDNN cap
+        where one is set on a CPU (it can decide auto)."""
+        cap = onednn_isa_cap() if self.device.type == "cpu" else None
+        return ("bfloat16" if self.autocast == "bf16" else "float32") + (f" (oneDNN capped at {cap})" if cap else "")
+
     def forward(self, module, x):
         """module(x) as float32, the matrix products in the tuner's precision (self.autocast)."""
         if self.autocast == "none":
