@@ -119,7 +119,7 @@ def test_one_job_over_loopback_with_a_bad_chunk_dropped():
     assert got["ids"].tolist() == [10, 11, 12, 13, 14]
     assert len(committed) == 1 and len(committed[0][1]) == 1 and committed[0][2] == []
     np.testing.assert_array_equal(committed[0][1][0]["traversal"], [10, 11, 12])
-    assert any("sample kind 'bogus' is not adv or strat" in line for line in logs), logs
+    assert any("sample kind 'bogus' is not one of this job's: adv, strat" in line for line in logs), logs
 
 
 def test_one_job_per_worker_the_trainer_has_heard_from():

@@ -27,26 +27,52 @@ from traverser.jobproto import DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPL
 
 
 class Job:
-    __slots__ = ("job_id", "iteration", "traverser", "ids", "weight", "attempt", "worker", "assigned_at",
-                 "staged", "progress")
+    """One job: its id, what the worker is to do (`kind`: "traverse", or
+    "selfplay" for a wave's games), the header fields and arrays sent with
+    it, and what comes back: the sample kinds it stages (`kinds`) and its
+    units of work (`units`: traversals or games) for the progress counts.
+    Job(job_id, iteration, traverser, ids, weight) is a CFR traversal job."""
+    __slots__ = ("job_id", "kind", "iteration", "traverser", "ids", "weight", "fields", "arrays", "kinds", "units",
+                 "attempt", "worker", "assigned_at", "staged", "progress")
 
-    def __init__(self, job_id, iteration, traverser, ids, weight):
+    def __init__(self, job_id, iteration=0, traverser=0, ids=(), weight=1.0, kind="traverse", fields=None,
+                 arrays=None, kinds=("adv", "strat")):
         self.job_id = job_id
+        self.kind = kind
         self.iteration = iteration
         self.traverser = traverser
         self.ids = ids
         self.weight = weight
+        if kind == "traverse":
+            fields = {"iteration": iteration, "traverser": traverser, "weight": weight, **(fields or {})}
+            arrays = {"ids": np.asarray(ids, dtype=np.int64), **(arrays or {})}
+        self.fields = dict(fields or {})
+        self.arrays = dict(arrays or {})
+        self.kinds = tuple(kinds)
+        self.units = len(ids)
         self.attempt = 0
         self.worker = None
         self.assigned_at = 0.0
-        self.staged = {"adv": [], "strat": []}
+        self.staged = {k: [] for k in self.kinds}
         self.progress = 0
+
+    def staged_rows(self):
+        """Rows staged so far, per kind, in `kinds` order."""
+        return [sum(chunk_rows(c) for c in self.staged[k]) for k in self.kinds]
+
+
+def chunk_rows(chunk):
+    """Rows of a sample chunk: the length of its columns (all alike)."""
+    return len(next(iter(chunk.values()))) if chunk else 0
 
 
 class JobServer:
     """Trainer side. `run_phase` hands out one phase's jobs and returns when
-    all are done; `commit(job, adv, strat)` receives each job's samples in
-    job order."""
+    all are done; `commit(job, *chunks)` receives each job's staged chunks,
+    one list per kind of the job's `kinds` (adv, strat for CFR), in job
+    order. `start_phase` and `pump` are the same loop in steps, for a
+    caller that has other work while the workers run a phase (self-play's
+    update)."""
 
     def __init__(self, bind, heartbeat_timeout_s=60.0, context=None, curve_keys=""):
         self.ctx = context or zmq.Context.instance()
@@ -74,6 +100,10 @@ class JobServer:
         self.requeued = 0
         self.dropped_rows = 0
         self.failures = []
+        self._pending = collections.deque()     # the phase's jobs not handed out yet
+        self._job_config = {}
+        self._phase = None                      # the phase in progress (start_phase)
+        self._last_supervise = 0.0
 
     def close(self):
         self.sock.close(0)
@@ -109,9 +139,9 @@ class JobServer:
         if w is None or w["job"] is None:
             return
         job = w["job"]
-        rows = sum(len(c["weight"]) for kind in ("adv", "strat") for c in job.staged[kind])
+        rows = sum(job.staged_rows())
         self.dropped_rows += rows
-        job.staged = {"adv": [], "strat": []}
+        job.staged = {k: [] for k in job.kinds}
         job.worker = None
         job.progress = 0
         self._pending.appendleft(job)
@@ -127,40 +157,57 @@ class JobServer:
         """Hand out `jobs` until all are done. job_config: dict sent with
         every job (game, traversal config, run seed). supervise(): called
         about every 0.2 s (restart dead children; may raise). progress(n):
-        traversals newly completed."""
+        units (traversals, games) newly completed."""
+        self.start_phase(jobs, job_config, commit, log=log)
+        while not self.pump(200, supervise, progress):
+            pass
+
+    def start_phase(self, jobs, job_config, commit, log=None):
+        """Queue a phase's jobs and hand out as many as workers wait for;
+        pump() does the rest. The previous phase must be complete."""
+        if self._phase is not None and not self._phase["complete"]:
+            raise RuntimeError("start_phase: the previous phase is not complete")
         self.log = log
         self._pending = collections.deque(jobs)
         self._job_config = job_config
+        self._phase = {"by_id": {j.job_id: j for j in jobs}, "done": {}, "order": [j.job_id for j in jobs],
+                       "next": 0, "commit": commit, "complete": not jobs}
+        self._last_supervise = 0.0
         self._dispatch()
-        by_id = {j.job_id: j for j in jobs}
-        done, next_commit = {}, 0
-        order = [j.job_id for j in jobs]
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        last_supervise = 0.0
-        while next_commit < len(order):
-            if poller.poll(200):
-                while True:
-                    try:
-                        frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    self._handle(frames, by_id, done, job_config, progress)
-            now = time.monotonic()
-            if now - last_supervise > 0.2:
-                last_supervise = now
-                if supervise is not None:
-                    supervise()
-                for ident, w in list(self.workers.items()):
-                    if w["job"] is not None and now - w["last"] > self.heartbeat_timeout_s:
-                        self._requeue_worker(ident, f"no heartbeat for {self.heartbeat_timeout_s:.0f} s")
-                if self.failures:
-                    raise RuntimeError(f"a worker failed: {self.failures[0]}")
-            while next_commit < len(order) and order[next_commit] in done:
-                job = done.pop(order[next_commit])
-                commit(job, job.staged["adv"], job.staged["strat"])
-                job.staged = None
-                next_commit += 1
+
+    def pump(self, timeout_ms, supervise=None, progress=None):
+        """Handle what the workers sent within timeout_ms (0: what is there
+        now), restart what died, hand out jobs again whose workers fell
+        silent, and commit the finished jobs in job order. Returns whether
+        every job of the phase is committed."""
+        ph = self._phase
+        if ph is None or ph["complete"]:
+            return True
+        if timeout_ms <= 0 or self.sock.poll(timeout_ms):
+            while True:
+                try:
+                    frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._handle(frames, ph["by_id"], ph["done"], self._job_config, progress)
+        now = time.monotonic()
+        if now - self._last_supervise > 0.2:
+            self._last_supervise = now
+            if supervise is not None:
+                supervise()
+            for ident, w in list(self.workers.items()):
+                if w["job"] is not None and now - w["last"] > self.heartbeat_timeout_s:
+                    self._requeue_worker(ident, f"no heartbeat for {self.heartbeat_timeout_s:.0f} s")
+            if self.failures:
+                raise RuntimeError(f"a worker failed: {self.failures[0]}")
+        order, done = ph["order"], ph["done"]
+        while ph["next"] < len(order) and order[ph["next"]] in done:
+            job = done.pop(order[ph["next"]])
+            ph["commit"](job, *(job.staged[k] for k in job.kinds))
+            job.staged = None
+            ph["next"] += 1
+        ph["complete"] = ph["next"] == len(order)
+        return ph["complete"]
 
     def _handle(self, frames, by_id, done, job_config, progress):
         ident = frames[0].bytes
@@ -187,25 +234,28 @@ class JobServer:
             if kind == SAMPLES:
                 try:
                     if header.get("kind", "adv") not in job.staged:
-                        raise P.ProtocolError("bad_header", f"sample kind {header.get('kind')!r} is not adv or strat")
+                        raise P.ProtocolError("bad_header", f"sample kind {header.get('kind')!r} is not one of "
+                                                            f"this job's: {', '.join(job.kinds)}")
                     arrays = unpack_arrays(header.get("arrays"), [f.buffer for f in frames[2:]])
+                    if len({len(v) for v in arrays.values()}) > 1:
+                        raise P.ProtocolError("bad_shape", "the chunk's columns differ in length")
                 except P.ProtocolError as e:
                     self._log(f"bad sample chunk from worker pid {w['pid']}: {e}")
                     return
                 job.staged[header.get("kind", "adv")].append({k: v.copy() for k, v in arrays.items()})
             elif kind == HEARTBEAT:
-                n = int(header.get("traversals_done", job.progress))
+                n = int(header.get("done", header.get("traversals_done", job.progress)))
                 if progress is not None and n > job.progress:
                     progress(n - job.progress)
                 job.progress = n
             elif kind == DONE:
                 counts = header.get("counts", [])
-                staged = [sum(len(c["weight"]) for c in job.staged[k]) for k in ("adv", "strat")]
+                staged = job.staged_rows()
                 if counts != staged:
                     self._requeue_worker(ident, f"sample counts {staged} disagree with the worker's {counts}")
                     return
-                if progress is not None and len(job.ids) > job.progress:
-                    progress(len(job.ids) - job.progress)
+                if progress is not None and job.units > job.progress:
+                    progress(job.units - job.progress)
                 w["job"] = None
                 done[job.job_id] = job
                 self.waiting[ident] = True      # a worker that finished is ready for more
@@ -216,7 +266,7 @@ class JobServer:
 
     def _dispatch(self):
         """Give pending jobs to workers waiting for one."""
-        pending = getattr(self, "_pending", None)
+        pending = self._pending
         while pending and self.waiting:
             ident, _ = self.waiting.popitem(last=False)
             w = self.workers.get(ident)
@@ -228,9 +278,8 @@ class JobServer:
             job.assigned_at = time.monotonic()
             w["job"] = job
             w["last"] = time.monotonic()
-            meta, frames_out = pack_arrays({"ids": np.asarray(job.ids, dtype=np.int64)})
-            self._send(ident, {"type": JOB, "job": job.job_id, "iteration": job.iteration,
-                               "traverser": job.traverser, "weight": job.weight, "arrays": meta,
+            meta, frames_out = pack_arrays(job.arrays)
+            self._send(ident, {"type": JOB, "job": job.job_id, "kind": job.kind, **job.fields, "arrays": meta,
                                **self._job_config}, *frames_out)
 
     def stop_workers(self, wait_s=2.0):
