@@ -2,12 +2,14 @@
 `python -m benchmarks.lc_selfplay RUN --budget-s 900 --out tuned.pt [--from prior] [--eval-games 2000]`
 
 Loads RUN's strategy net (its latest checkpoint, or with --from prior its
-warm-start prior), fine-tunes it by PPO self-play (trainer.selfplay) for
---budget-s seconds, and saves it as a checkpoint (OUT, the loaded
-checkpoint with the strategy net replaced), which every evaluation tool
-reads as a run. With --eval-games N it then plays the tuned agent greedy on
-duplicate deals (agents.evaluate) head to head against the agent it started
-from, against RUN's latest agent, and against the rule-based bots.
+warm-start prior), fine-tunes it by PPO self-play for --budget-s seconds on
+the service, the trainer's own path (trainer/selfplay_stage.py: a batcher
+and --workers local workers, started here and stopped at the end), and
+saves it as a checkpoint (OUT, the loaded checkpoint with the strategy net
+replaced), which every evaluation tool reads as a run. With --eval-games N
+it then plays the tuned agent greedy on duplicate deals (agents.evaluate)
+head to head against the agent it started from, against RUN's latest
+agent, and against the rule-based bots.
 """
 import argparse
 import json
@@ -17,13 +19,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from agents.checkpoint import build_net, game_of, load_checkpoint, prior_checkpoint
+from agents.checkpoint import game_of, load_checkpoint, prior_checkpoint
 from batcher.options import DeviceError, resolve_device
 from trainer.checkpoint import write_durably
-from trainer.selfplay import SelfPlay, SelfPlaySettings
+from trainer.config import apply_overrides, config_from_dict
+from trainer.loop import Trainer
+from trainer.selfplay import SelfPlaySettings
+from trainer.selfplay_stage import tune_on_service
 
 
 def main(argv=None):
@@ -41,6 +45,8 @@ def main(argv=None):
     ap.add_argument("--eval-games", type=int, default=0, help="duplicate games per evaluation afterwards (0: none)")
     ap.add_argument("--eval-seed", type=int, default=777)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1, help="local workers that play the games (default 1)")
+    ap.add_argument("--run-dir", default=None, help="where the services' logs go (default: a temporary directory)")
     ap.add_argument("--speed-waves", type=int, default=0,
                     help="time N waves in float32 and in bfloat16 from the same agent and print both (no --out)")
     for field, default in SelfPlaySettings.__dataclass_fields__.items():
@@ -67,12 +73,11 @@ def main(argv=None):
     settings = SelfPlaySettings(**{f: getattr(args, f) for f in SelfPlaySettings.__dataclass_fields__
                                    if f != "critic_hidden"})
     if args.speed_waves:
-        return speed(ckpt, game, settings, args.seed, args.speed_waves, args.device)
-    net = build_net(ckpt, "strategy").to(args.device)
-    tuner = SelfPlay(game, net, settings, seed=args.seed, device=args.device)
-    print(f"self-play from {ckpt['path']} on {args.device}, forwards in {tuner.precision()}: {settings}", flush=True)
-    stats = tuner.run(budget_s=None if args.waves else args.budget_s, waves=args.waves,
-                      log=lambda line: print(line, flush=True))
+        return speed(ckpt, settings, args)
+    trainer = service_trainer(ckpt, args)
+    stats = tune_on_service(trainer, settings, budget_s=None if args.waves else args.budget_s, waves=args.waves,
+                            seed=args.seed)
+    net = trainer.nets["strategy"]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tuned = {k: v for k, v in ckpt.items() if k != "path"}
@@ -95,27 +100,39 @@ def main(argv=None):
 
 
 
-def speed(ckpt, game, settings, seed, waves, device="cpu"):
-    """Seconds a policy wave in float32 and in bfloat16 from the same agent,
-    each measured twice (none, bf16, none, bf16), printed side by side."""
+def service_trainer(ckpt, args):
+    """A Trainer of the checkpoint's config and nets whose services are
+    --workers local workers and a batcher, its logs in --run-dir."""
+    import tempfile
+    cfg = config_from_dict(ckpt["config"])
+    apply_overrides(cfg, [f"service.workers={args.workers}", f"train.device={args.device}",
+                          "train.selfplay_budget_s=0", "train.time_limit_s=0", "run.tensorboard=false"])
+    if args.threads > 0:
+        apply_overrides(cfg, [f"train.torch_threads={args.threads}"])
+    run_dir = args.run_dir or tempfile.mkdtemp(prefix="lc_selfplay_")
+    trainer = Trainer(cfg, run_dir, log=lambda line: print(line, flush=True))
+    for name, net in trainer.nets.items():
+        net.load_state_dict(ckpt["nets"][name])
+    return trainer
+
+
+def speed(ckpt, settings, args):
+    """Seconds a policy wave through the service with the update in float32
+    and in bfloat16 from the same agent, each measured twice (none, bf16,
+    none, bf16), printed side by side."""
     times = {"none": [], "bf16": []}
-    print(f"self-play speed from {ckpt['path']}: {waves} policy waves a measurement, "
-          f"{settings.games} games a wave, {settings.epochs} epochs, on {device}, torch threads {torch.get_num_threads()}",
+    print(f"self-play speed from {ckpt['path']}: {args.speed_waves} policy waves a measurement, "
+          f"{settings.games} games a wave, {settings.epochs} epochs, {args.workers} worker(s), on {args.device}",
           flush=True)
     for autocast in ("none", "bf16", "none", "bf16"):
-        tuner = SelfPlay(game, build_net(ckpt, "strategy").to(device), replace(settings, autocast=autocast), seed=seed,
-                         device=device)
-        tuner.run(waves=settings.critic_waves)          # the critic-only waves, untimed
-        t0, phases = time.monotonic(), []
-        for _ in range(waves):
-            last = tuner.run(waves=1)
-            phases.append((last["selfplay_play_s"], last["selfplay_wave_decisions"]))
-        per_wave = (time.monotonic() - t0) / waves
+        trainer = service_trainer(ckpt, args)
+        waves = settings.critic_waves + args.speed_waves
+        stats = tune_on_service(trainer, replace(settings, autocast=autocast), waves=waves, seed=args.seed)
+        per_wave = stats["selfplay_policy_s"] / args.speed_waves
         times[autocast].append(per_wave)
-        play = np.mean([p[0] for p in phases])
-        print(f"  {autocast:>4}: {per_wave:.2f} s a wave (play {play:.2f} s, the rest {per_wave - play:.2f} s; "
-              f"{np.mean([p[1] for p in phases]):,.0f} decisions a wave); "
-              f"last wave's kl {last.get('selfplay_kl', float('nan')):.4f}", flush=True)
+        print(f"  {autocast:>4}: {per_wave:.2f} s a wave (waited {stats['selfplay_wait_s']:.2f} s for the last; "
+              f"{stats['selfplay_wave_decisions']:,} decisions in it); "
+              f"last wave's kl {stats.get('selfplay_kl', float('nan')):.4f}", flush=True)
     f32, b16 = min(times["none"]), min(times["bf16"])
     print(json.dumps({"float32_s_per_wave": round(f32, 3), "bf16_s_per_wave": round(b16, 3),
                       "bf16_waves_per_float32_wave": round(f32 / b16, 2)}), flush=True)

@@ -29,3 +29,25 @@ def run_trainer(args, timeout=300):
                        timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
+
+
+def local_wave(tuner, games, wave=0, version=0, served=None):
+    """One self-play wave of `games` deals played in this process by the
+    workers' own code (traverser.selfplay.play_local over PlayGroups), on
+    `served` (default tuner.served(): the strategy net and critic as the
+    batcher serves them), assembled by tuner.wave_from_chunks: (wave,
+    returns, the deal seeds)."""
+    import numpy as np
+    from traverser.selfplay import play_local, wave_seeds
+    served = tuner.served() if served is None else served
+    seeds = wave_seeds(0, wave, games)
+    decisions, ends = [], []
+
+    def forward(rows):
+        with torch.no_grad():
+            return served(torch.from_numpy(rows)).float().numpy()
+
+    play_local(tuner.game, forward, np.arange(games), seeds, lambda d, e: (decisions.append(d), ends.append(e)),
+               slots=max(1, games // 2), version=version)
+    wave, returns = tuner.wave_from_chunks(decisions, ends)
+    return wave, returns, seeds

@@ -327,6 +327,15 @@ class JobLedger:
                      "first": int(ids[0]) if len(ids) else 0, "n": int(len(ids)), "attempt": int(job.attempt),
                      "adv": int(adv_rows), "strat": int(strat_rows)})
 
+    def commit_selfplay(self, job, wave, decisions, ends):
+        """A self-play job's line: {"stage": "selfplay", "wave", "job",
+        "first" and "n" (its games within the wave), "attempt", "decisions"
+        and "ends" (records committed)}."""
+        ids = np.asarray(job.ids)
+        self._write({"stage": "selfplay", "wave": int(wave), "job": int(job.job_id),
+                     "first": int(ids[0]) if len(ids) else 0, "n": int(len(ids)), "attempt": int(job.attempt),
+                     "decisions": int(decisions), "ends": int(ends)})
+
     def close(self):
         self.f.close()
 
@@ -342,5 +351,21 @@ def effective_ledger(path):
             for key in [k for k in phases if k[0] >= line["start"]]:
                 del phases[key]            # redone by this start
             continue
+        if line.get("stage") == "selfplay":
+            continue            # selfplay_ledger reads those
         phases.setdefault((line["it"], line["p"]), []).append(line)
     return phases
+
+
+def selfplay_ledger(path):
+    """The self-play lines of a ledger: {wave: [lines]}, the waves of the
+    last trainer start (a resumed run plays its stage again)."""
+    import json
+    waves = {}
+    for text in open(path):
+        line = json.loads(text)
+        if "start" in line:
+            waves = {}
+        elif line.get("stage") == "selfplay":
+            waves.setdefault(line["wave"], []).append(line)
+    return waves

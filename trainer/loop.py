@@ -401,11 +401,12 @@ class Trainer:
             bar.close()
         return loss
 
-    def _self_play(self, t, t_start):
-        """PPO self-play fine-tuning of the strategy net (trainer/selfplay.py)
-        for train.selfplay_budget_s, or what is left of train.time_limit_s.
-        Returns its selfplay_* metrics."""
+    def _self_play(self, t, t_start, server, sup, job_config):
+        """PPO self-play fine-tuning of the strategy net on the workers
+        (trainer/selfplay_stage.py) for train.selfplay_budget_s, or what is
+        left of train.time_limit_s. Returns its selfplay_* metrics."""
         from trainer.selfplay import SelfPlay, SelfPlaySettings
+        from trainer.selfplay_stage import SelfPlayStage
         tr = self.cfg.train
         budget = tr.selfplay_budget_s
         if tr.time_limit_s > 0:
@@ -422,14 +423,18 @@ class Trainer:
         settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs,
                                     autocast=tr.selfplay_autocast, lr_hold_s=tr.selfplay_lr_hold_s)
         tuner = SelfPlay(self.game, self.nets["strategy"], settings, seed=self.cfg.run.seed, device=self.device)
-        self.log(f"self-play: the nets' forwards in {tuner.precision()} (train.selfplay_autocast: {tr.selfplay_autocast})")
+        self.log(f"self-play: the update in {tuner.precision()} (train.selfplay_autocast: {tr.selfplay_autocast}); "
+                 f"the games on the workers, their forwards on the batcher")
+        stage = SelfPlayStage(tuner, server, sup, job_config, self.cfg.run.seed,
+                              workers=self.cfg.service.workers or server.live_workers(), ledger=self.ledger,
+                              log=self.log)
         bar = self._bar(desc=f"self-play: PPO on the strategy net ({tr.selfplay_games} games a wave)", unit="wave",
                         budget_s=budget)
-        stats = tuner.run(budget_s=budget, log=self.log, progress=None if bar is None else bar.update)
+        stats = stage.run(budget_s=budget, progress=None if bar is None else bar.update)
         if bar is not None:
             bar.close()
         self.log(f"self-play: {stats['selfplay_games']} games ({stats['selfplay_waves']} waves) in "
-                 f"{stats['selfplay_s']:.0f} s")
+                 f"{stats['selfplay_s']:.0f} s, mean version lag {stats['selfplay_mean_version_lag']:.2f}")
         return stats
 
     def _evaluate(self, t, first, last):
@@ -591,7 +596,7 @@ class Trainer:
                     m["time_strategy_s"] = time.monotonic() - t0
                 if last and cfg.train.selfplay_budget_s > 0:
                     sup.enter("self-play")
-                    m.update(self._self_play(t, t_start))
+                    m.update(self._self_play(t, t_start, server, sup, job_config))
                 if do_eval:
                     t0 = time.monotonic()
                     if cfg.run.progress and self.game.name == "lost_cities":

@@ -43,15 +43,14 @@ instead, its minutes did not make up for them, and after configs/quick.yaml's
 CFR ten minutes of it added nothing measurable
 (docs/lost_cities_strength.md, "Self-play policy gradient").
 """
+import copy
 import os
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from agents.probs import sample_actions
-from batcher.networks import MLP
+from batcher.networks import MLP, AdvantageValue
 
 
 @dataclass
@@ -166,16 +165,12 @@ class SelfPlay:
     and the minibatch order."""
 
     def __init__(self, game, net, settings=None, seed=0, device="cpu"):
-        from engine._batch import StateBatch
         self.settings = (settings or SelfPlaySettings()).check()
         self.game = game
         self.net = net
         self.device = torch.device(device)
         s = self.settings
-        T, A = game.information_state_tensor_size(), game.num_distinct_actions()
-        self.batch = StateBatch(game, s.games)
-        self.info = np.zeros((s.games, T), np.float32)
-        self.mask = np.zeros((s.games, A), np.uint8)
+        T = game.information_state_tensor_size()
         self.critic = MLP(T, 1, s.critic_hidden, input_scale=net.input_scale.detach().cpu()).to(self.device)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=s.critic_lr)
@@ -207,63 +202,73 @@ class SelfPlay:
         [N, A], as play_wave records them and update compares against."""
         return masked_log_softmax(self.forward(self.net, info), mask)
 
-    # ---- playing
-    def play_wave(self):
-        """One wave of self-play: a dict of the decisions in the order they
-        were made (info float32 [N, T], mask bool [N, A], action, logp of
-        the action under the wave's policy, player, game row, step; and
-        deals [games], each row's deal seed) and the returns float64
-        [games, 2] in points."""
-        s, b = self.settings, self.batch
-        deals = self.rng.integers(1 << 62, size=s.games)
-        for i, deal in enumerate(deals):
-            b.set(i, self.game.new_initial_state(seed=int(deal)))
-        cols = {k: [] for k in ("info", "mask", "action", "logp", "player", "row", "step")}
-        step = 0
-        self.net.eval()
-        while True:
-            players = b.current_players()
-            if not (players >= 0).any():
-                break
-            for p in (0, 1):
-                rows = np.flatnonzero(players == p).astype(np.int32)
-                m = len(rows)
-                if m == 0:
-                    continue
-                b.encode(rows, p, self.info, self.mask)
-                info = self.info[:m].copy()
-                mask = self.mask[:m].astype(bool)
-                with torch.inference_mode():
-                    x = torch.from_numpy(info).to(self.device)
-                    logp_all = self.log_probs(x, torch.from_numpy(mask).to(self.device))
-                    logp_all = logp_all.to("cpu", torch.float64).numpy()
-                acts = sample_actions(np.exp(logp_all), self.rng)
-                b.apply(rows, acts)
-                cols["info"].append(info)
-                cols["mask"].append(mask)
-                cols["action"].append(acts.astype(np.int64))
-                cols["logp"].append(logp_all[np.arange(m), acts].astype(np.float32))
-                cols["player"].append(np.full(m, p, np.int8))
-                cols["row"].append(rows)
-                cols["step"].append(np.full(m, step, np.int32))
-            step += 1
-        returns = np.stack([b.returns(0), b.returns(1)], axis=1)
-        wave = {k: np.concatenate(v) for k, v in cols.items()}
-        wave["deals"] = deals
-        self.games_played += s.games
+    # ---- the waves the workers play
+    def served(self):
+        """The module the batcher serves for self-play: the strategy net and
+        the critic as one AdvantageValue (logits, then the value), on the CPU."""
+        return AdvantageValue(copy.deepcopy(self.net).to("cpu").float(),
+                              copy.deepcopy(self.critic).to("cpu").float()).eval()
+
+    def wave_from_chunks(self, decisions, ends):
+        """(wave, returns) of a wave's played games from the workers' chunks
+        (traverser.selfplay: decision records and game-end records, games
+        numbered 0..G-1 within the wave): the decisions in step order (by
+        ply, then game), info float32 [N, T], mask bool, action int64, logp
+        and value float32 (as answered in play), version int32, player int8,
+        row (the game), step (its ply); returns float64 [G, 2] in points.
+        Raises ValueError when a game's records are not whole: every game
+        ended once, and its decisions are its plies 0..d-1."""
+        d = {k: np.concatenate([c[k] for c in decisions]) for k in decisions[0]} if decisions else None
+        e = {k: np.concatenate([c[k] for c in ends]) for k in ends[0]} if ends else None
+        if d is None or e is None:
+            raise ValueError("a self-play wave without decisions or game ends")
+        games = len(e["game"])
+        if sorted(e["game"].tolist()) != list(range(games)):
+            raise ValueError(f"a self-play wave's game ends are not games 0..{games - 1} once each")
+        if len(d["action"]) != int(e["decisions"].sum()) or d["game"].min() < 0 or d["game"].max() >= games:
+            raise ValueError(f"a self-play wave holds {len(d['action'])} decisions, its games say "
+                             f"{int(e['decisions'].sum())}")
+        order = np.lexsort((d["game"], d["ply"]))
+        d = {k: v[order] for k, v in d.items()}
+        per_game = np.zeros(games, np.int64)
+        per_game[e["game"]] = e["decisions"]
+        seen = np.bincount(d["game"], minlength=games)
+        if not np.array_equal(seen, per_game) or np.any(d["ply"] >= per_game[d["game"]]):
+            raise ValueError("a self-play wave's decisions do not match its games' plies")
+        returns = np.zeros((games, 2), np.float64)
+        returns[e["game"]] = e["returns"]
+        wave = {"info": d["info"].astype(np.float32), "mask": d["mask"].astype(bool),
+                "action": d["action"].astype(np.int64), "logp": d["logp"].astype(np.float32),
+                "value": d["value"].astype(np.float32), "version": d["version"].astype(np.int32),
+                "player": d["player"].astype(np.int8), "row": d["game"].astype(np.int64),
+                "step": d["ply"].astype(np.int32)}
+        self.games_played += games
         self.decisions += len(wave["action"])
         return wave, returns
 
-    # ---- targets
-    def values(self, info):
-        out = np.empty(len(info), np.float32)
-        self.critic.eval()
-        with torch.inference_mode():
-            for i in range(0, len(info), 16384):
-                x = torch.from_numpy(info[i:i + 16384]).to(self.device)
-                out[i:i + 16384] = self.forward(self.critic, x)[:, 0].cpu().numpy()
+    def learn(self, wave, returns, lr, version=None, tick=None):
+        """One wave's PPO step: GAE on the values recorded in play, the critic
+        (and after critic_waves the policy) trained on the wave at rate lr.
+        version: the weights version now, for the wave's mean lag behind it.
+        tick(): called between minibatches (the job server's pump). Returns
+        the wave's figures."""
+        values = wave["value"]
+        adv, target = self.advantages(wave, returns, values)
+        policy = self.waves >= self.settings.critic_waves
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        out = self.update(wave, adv, target, policy=policy, tick=tick)
+        self.waves += 1
+        out.update({"wave": self.waves, "wave_decisions": len(adv), "lr": lr,
+                    # the critic's squared error on the wave before it trained on it, next to predicting 0,
+                    # both against each decision's own final return (scaled)
+                    **self.return_error(wave, returns, values),
+                    "mean_abs_return": float(np.abs(returns[:, 0]).mean())})
+        if version is not None:
+            out["version_lag"] = float(np.mean(version - wave["version"]))
         return out
 
+    # ---- targets
     def advantages(self, wave, returns, values):
         """(GAE advantages, critic targets) of every decision: along each
         (game, player)'s decisions from the last back, delta = V(next) -
@@ -293,7 +298,7 @@ class SelfPlay:
         return {"critic_heldout_mse": float(np.mean((values - r) ** 2)), "zero_mse": float(np.mean(r ** 2))}
 
     # ---- learning
-    def update(self, wave, adv, target, policy=True):
+    def update(self, wave, adv, target, policy=True, tick=None):
         s = self.settings
         n = len(adv)
         norm = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -311,6 +316,8 @@ class SelfPlay:
         for _ in range(s.epochs):
             perm = torch.from_numpy(self.rng.permutation(n)).to(dev)
             for i in range(0, n, s.minibatch):
+                if tick is not None:
+                    tick()
                 j = perm[i:i + s.minibatch]
                 v = self.forward(self.critic, info[j])[:, 0]
                 closs = ((v - tgt[j]) ** 2).mean()
@@ -348,49 +355,3 @@ class SelfPlay:
                 break
         self.net.eval()
         return {k: float(np.mean(v)) for k, v in stats.items() if v}
-
-    def run(self, budget_s=None, waves=None, log=None, progress=None):
-        """Waves until `waves` are done or `budget_s` seconds are spent (a wave
-        in progress finishes). Returns the totals and the last wave's figures."""
-        if budget_s is None and waves is None:
-            raise ValueError("self-play needs a budget (seconds) or a number of waves")
-        t0 = time.monotonic()
-        last = {}
-        done = 0
-        while (waves is None or done < waves) and (budget_s is None or time.monotonic() - t0 < budget_s):
-            tw = time.monotonic()
-            wave, returns = self.play_wave()
-            tp = time.monotonic() - tw
-            values = self.values(wave["info"])
-            adv, target = self.advantages(wave, returns, values)
-            policy = self.waves >= self.settings.critic_waves
-            lr = scheduled_lr(self.settings.lr, self.settings.lr_hold_s, budget_s, tw - t0)
-            for group in self.opt.param_groups:
-                group["lr"] = lr
-            last = self.update(wave, adv, target, policy=policy)
-            self.waves += 1
-            done += 1
-            last.update({"wave": self.waves, "wave_decisions": len(adv), "play_s": tp, "lr": lr,
-                         "wave_s": time.monotonic() - tw,
-                         # the critic's squared error on the wave before it trained on it, next to predicting 0,
-                         # both against each decision's own final return (scaled)
-                         **self.return_error(wave, returns, values),
-                         "mean_abs_return": float(np.abs(returns[:, 0]).mean())})
-            if progress is not None:
-                progress(1)
-            if log is not None and (self.waves <= 3 or self.waves % 10 == 0):
-                log(wave_line(last, self.games_played, time.monotonic() - t0))
-        return {"selfplay_waves": self.waves, "selfplay_games": self.games_played, "selfplay_autocast": self.autocast,
-                "selfplay_decisions": self.decisions, "selfplay_s": time.monotonic() - t0,
-                **{f"selfplay_{k}": v for k, v in last.items() if k not in ("wave",)}}
-
-
-def wave_line(m, games, elapsed):
-    parts = [f"self-play wave {m['wave']}: {games} games in {elapsed:.0f} s",
-             f"critic error on the new wave {m['critic_heldout_mse']:.4f} (zero {m['zero_mse']:.4f})"]
-    if "kl" in m:
-        parts.append(f"kl {m['kl']:.4f}, clipped {m['clipped']:.3f}, entropy {m['entropy']:.3f}, lr {m['lr']:.2g}")
-    else:
-        parts.append("critic only")
-    parts.append(f"wave {m['wave_s']:.1f} s (play {m['play_s']:.1f} s)")
-    return "; ".join(parts)

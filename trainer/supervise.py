@@ -3,8 +3,9 @@
 The trainer names the phase it is in (warm start, traverse, train, push,
 evaluate, checkpoint). A child that dies in any of them is restarted:
 
-  - during the traversal by the job server's loop (JobServer.run_phase calls
-    `check` between messages), which hands a dead worker's job out again;
+  - during the traversal and the self-play by the job server's loop
+    (JobServer.pump calls `check` between messages, and self-play's update
+    pumps between minibatches), which hands a dead worker's job out again;
   - in the other phases by a watcher thread, because the main thread is busy
     training, evaluating or writing and does not look at its children then;
   - while the main thread waits on the batcher (a weight push, a ping, the
@@ -64,6 +65,7 @@ class Supervisor:
         self._thread = None
         self.services = LocalServices(cfg, trainer.run_dir, server.endpoint, log=self.log)
         self.client = None
+        self.served = {}                             # model id -> (module, version): served besides the players' nets
 
     # ---- life
     def start(self):
@@ -112,6 +114,19 @@ class Supervisor:
     def push(self, player):
         """Push the trainer's current net for `player` with a new version."""
         self.call(lambda: self._push_one(player))
+
+    def serve(self, model_id, module):
+        """Serve `module` (a CPU net the caller no longer changes) as
+        `model_id` with the next version, which it returns; a batcher that
+        restarts later gets it again."""
+        version = self.served.get(model_id, (None, 0))[1] + 1
+
+        def push():
+            self.client.push_weights(model_id, module, version)
+            self.served[model_id] = (module, version)
+
+        self.call(push)
+        return version
 
     def stats(self):
         """The batcher's stats, stamped with the local time of the reply (`taken_at`), for counter_growth."""
@@ -162,6 +177,8 @@ class Supervisor:
             current = int(pong.get("models", {}).get(str(p), -1))
             self.trainer.versions[p] = max(self.trainer.versions[p], current)
             self._push_one(p)
+        for model_id, (module, version) in self.served.items():
+            self.client.push_weights(model_id, module, version)
 
     def _on_wait(self):
         """Called by the client while a control call waits."""
@@ -185,7 +202,7 @@ class Supervisor:
     def _watch(self):
         while not self._stop.wait(0.05):
             self._note_deaths()
-            if self.phase == "traverse":
+            if self.phase in ("traverse", "self-play"):
                 continue            # the job server's loop calls check() itself
             try:
                 with self._lock:

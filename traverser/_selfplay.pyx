@@ -226,7 +226,7 @@ cdef class PlayGroup:
             self.status[i] = PARKED
             self.n_req += 1
 
-    def resume(self, int n, float[:, ::1] answers, int version):
+    def resume(self, int n, const float[:, ::1] answers, int version):
         """Answer the last step's n rows: answers float32 [n, num_actions + 1]
         (logits, then the value), from weights `version`. Samples a move for
         each, records the decision and applies the move."""
@@ -241,7 +241,7 @@ cdef class PlayGroup:
         if bad >= 0:
             raise ValueError(f"resume: the answer to row {bad} is not finite over its legal moves")
 
-    cdef int _resume(self, float[:, ::1] ans, int version) noexcept nogil:
+    cdef int _resume(self, const float[:, ::1] ans, int version) noexcept nogil:
         cdef const GameDef* gd = &self.game.gd
         cdef int j, i, k, m, p, a, T = self.tensor_size, A = self.num_actions
         cdef double mx, total, u, acc, x

@@ -1,7 +1,10 @@
 """Job mode of the worker process (`python -m traverser --trainer EP --batcher EP`).
 
 Asks the trainer for jobs, runs each through the batcher, streams the sample
-chunks back, and reports `done`. The messages are in traverser/jobproto.py
+chunks back, and reports `done`. A job is a CFR traversal job (kind
+"traverse": advantage and strategy samples) or a self-play job (kind
+"selfplay": a wave's games played to the end, traverser/selfplay.py;
+decision and game-end records). The messages are in traverser/jobproto.py
 (docs/protocol.md, "Job protocol"); this module never imports `trainer`.
 """
 import json
@@ -15,13 +18,16 @@ import zmq
 import engine
 from batcher import protocol as P
 from traverser.jobproto import DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPLES, STOP, pack_arrays, unpack_arrays
+from batcher.client import BatcherClient
 from traverser.config import TraverserConfig
+from traverser.selfplay import play_remote
 from traverser.worker import run_remote
 
 
 def _chunk_arrays(chunk):
     arrays = dict(chunk)
-    _, arrays["info"] = P.compact_rows(chunk["info"])
+    if "info" in chunk:
+        _, arrays["info"] = P.compact_rows(chunk["info"])
     return arrays
 
 
@@ -41,6 +47,7 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
     sock.connect(trainer_endpoint)
     parent = os.getppid()
     games = {}
+    client = None       # the self-play jobs' batcher client, made at the first one
 
     def send(header, *frames):
         sock.send_multipart(P.pack(header, *frames), copy=False)
@@ -61,34 +68,63 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
                 return 0
             if kind != JOB:
                 continue
-            ids = unpack_arrays(header["arrays"], [f.buffer for f in frames[1:]])["ids"].copy()
+            arrays = unpack_arrays(header["arrays"], [f.buffer for f in frames[1:]])
             key = json.dumps(header["game"], sort_keys=True)
             if key not in games:
                 games[key] = engine.load_game(header["game"]["name"], **header["game"].get("params", {}))
             game = games[key]
+            if header.get("kind", "traverse") == "selfplay":
+                if client is None:
+                    client = BatcherClient(batcher_endpoint, timeout_s=timeout_s, context=ctx, curve_keys=curve_keys)
+                _run_job(send, header["job"], *_selfplay_work(game, client, header, arrays, groups, machines))
+                continue
             tcfg = header["traversal"]
             cfg = TraverserConfig(**{**tcfg, "model_ids": tuple(tcfg.get("model_ids", (0, 1)))})
-            _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, machines, timeout_s, ctx,
-                     curve_keys, adv_dtype, shm_dir)
+            _run_job(send, header["job"], *_traverse_work(header, arrays["ids"].copy(), game, cfg, batcher_endpoint, threads, groups,
+                                                        machines, timeout_s, ctx, curve_keys, adv_dtype, shm_dir))
     finally:
+        if client is not None:
+            client.close()
         sock.close()
 
 
-def _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, machines, timeout_s, ctx, curve_keys,
-             adv_dtype="float32", shm_dir=""):
-    job_id = header["job"]
-    chunks = queue.Queue()
-    holder, errors = {}, []
+def _traverse_work(header, ids, game, cfg, batcher_endpoint, threads, groups, machines, timeout_s, ctx, curve_keys,
+                   adv_dtype, shm_dir):
+    """A CFR traversal job: (work(sink), kinds, units done so far)."""
+    holder = {}
 
-    def sink(adv, strat):
-        chunks.put((adv, strat))
+    def work(sink):
+        run_remote(game, cfg, batcher_endpoint, ids, header["traverser"], header["iteration"], header["seed"],
+                   header["weight"], sink, groups_per_thread=groups, machines=machines, threads=threads,
+                   timeout_s=timeout_s, context=ctx, on_groups=lambda g: holder.setdefault("groups", g),
+                   curve_keys=curve_keys, adv_dtype=adv_dtype, shm_dir=shm_dir)
+
+    return work, ("adv", "strat"), lambda: sum(g.stats()["traversals"] for g in holder.get("groups", []))
+
+
+def _selfplay_work(game, client, header, arrays, groups, machines):
+    """A self-play job: its games, dealt from their seeds, played to the end
+    on the served policy-value model. (work(sink), kinds, games ended so far)."""
+    holder = {}
+    games, seeds = arrays["games"].copy(), arrays["seeds"].copy()
+
+    def work(sink):
+        play_remote(game, client, games, seeds, int(header["model"]), sink, groups=groups, slots=machines,
+                    on_groups=lambda gs: holder.setdefault("groups", gs))
+
+    return work, ("decisions", "ends"), lambda: holder["groups"].ended if "groups" in holder else 0
+
+
+def _run_job(send, job_id, work_fn, kinds, done_fn):
+    """Run work_fn(sink) on a thread, streaming each chunk it sinks (one
+    array dict per kind of `kinds`) and a heartbeat every 2 s, then `done`
+    with the row counts (or `failed`)."""
+    chunks = queue.Queue()
+    errors = []
 
     def work():
         try:
-            run_remote(game, cfg, batcher_endpoint, ids, header["traverser"], header["iteration"], header["seed"],
-                       header["weight"], sink, groups_per_thread=groups, machines=machines, threads=threads,
-                       timeout_s=timeout_s, context=ctx, on_groups=lambda g: holder.setdefault("groups", g),
-                       curve_keys=curve_keys, adv_dtype=adv_dtype, shm_dir=shm_dir)
+            work_fn(lambda *parts: chunks.put(parts))
         except BaseException as e:
             errors.append(e)
         finally:
@@ -96,7 +132,7 @@ def _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, ma
 
     t = threading.Thread(target=work, daemon=True)
     t.start()
-    counts = [0, 0]
+    counts = [0] * len(kinds)
     last_beat = 0.0
     while True:
         try:
@@ -105,18 +141,16 @@ def _run_job(send, header, ids, game, cfg, batcher_endpoint, threads, groups, ma
             item = ()
         if item is None:
             break
-        if item:
-            adv, strat = item
-            for kind, chunk, i in (("adv", adv, 0), ("strat", strat, 1)):
-                if len(chunk["weight"]):
-                    meta, frames = pack_arrays(_chunk_arrays(chunk))
-                    send({"type": SAMPLES, "job": job_id, "kind": kind, "arrays": meta}, *frames)
-                    counts[i] += len(chunk["weight"])
+        for i, (kind, chunk) in enumerate(zip(kinds, item)):
+            rows = len(next(iter(chunk.values())))
+            if rows:
+                meta, frames = pack_arrays(_chunk_arrays(chunk))
+                send({"type": SAMPLES, "job": job_id, "kind": kind, "arrays": meta}, *frames)
+                counts[i] += rows
         now = time.monotonic()
         if now - last_beat > 2.0:
             last_beat = now
-            done = sum(g.stats()["traversals"] for g in holder.get("groups", []))
-            send({"type": HEARTBEAT, "job": job_id, "traversals_done": int(done)})
+            send({"type": HEARTBEAT, "job": job_id, "done": int(done_fn())})
     t.join()
     if errors:
         send({"type": FAILED, "job": job_id, "error": f"{type(errors[0]).__name__}: {errors[0]}"})

@@ -1,0 +1,167 @@
+"""The self-play stage on the service: workers play the waves, the batcher
+answers their forwards, the trainer learns.
+
+    stage = SelfPlayStage(tuner, server, sup, job_config, run_seed, workers=1, ledger=ledger, log=print)
+    stats = stage.run(budget_s=1320)
+
+A wave is `games` deals (traverser.selfplay.wave_seeds: a stream per run and
+wave) cut into one job per worker (kind "selfplay"). Each worker plays its
+games to the end in nogil C (traverser/_selfplay.pyx), asking the batcher
+for the policy's logits and the critic's value in one forward (the
+AdvantageValue served as model SELFPLAY_MODEL), and streams back every
+decision (info-state, legal mask, move, its behaviour log-probability, the
+value, the weights version) and every game's end. The job server commits a
+job's records only when the whole job is done, in job order, and hands the
+job of a dead or silent worker out again: every game is counted once.
+
+Play and update overlap (an actor-learner split): as soon as wave k is in,
+wave k + 1's jobs go out, and the workers play it on the weights last pushed
+while the trainer runs PPO on wave k (trainer.selfplay.SelfPlay.learn),
+pumping the job server between minibatches; the new weights are pushed
+after. So wave k + 1 is played one version behind the weights that learn
+from it, and PPO's ratio divides by the recorded behaviour probability,
+exact under that lag. Each wave logs its mean version lag, and how long the
+trainer waited for the wave (`wait_s`: near 0 when the update bounds the
+stage, the play time beyond the update when the workers do).
+"""
+import time
+
+import numpy as np
+
+from traverser.selfplay import wave_seeds
+from trainer.jobs import Job
+from trainer.selfplay import scheduled_lr
+
+SELFPLAY_MODEL = 3          # the batcher's model id of the served policy-value net
+
+
+class SelfPlayStage:
+    """PPO self-play of `tuner` (trainer.selfplay.SelfPlay) on the workers of
+    `server` (trainer.jobs.JobServer), supervised by `sup`
+    (trainer.supervise.Supervisor), which serves the weights."""
+
+    def __init__(self, tuner, server, sup, job_config, run_seed, workers=1, ledger=None, log=None):
+        self.tuner = tuner
+        self.server = server
+        self.sup = sup
+        self.job_config = job_config
+        self.run_seed = int(run_seed)
+        self.workers = max(1, int(workers))
+        self.ledger = ledger
+        self.log = log
+        self.version = 0
+        self.wave = 0                    # waves handed out
+        self.chunks = {"decisions": [], "ends": []}
+
+    def _tick(self):
+        self.server.pump(0, supervise=self.sup.check)
+
+    def _push(self):
+        self.version = self.sup.serve(SELFPLAY_MODEL, self.tuner.served())
+
+    def _submit(self):
+        """Hand out the next wave's jobs: one per worker, games numbered
+        0..G-1 within the wave."""
+        games = self.tuner.settings.games
+        seeds = wave_seeds(self.run_seed, self.wave, games)
+        ids = np.arange(games, dtype=np.int64)
+        cut = np.array_split(np.arange(games), min(self.workers, games))
+        jobs = [Job(k, ids=ids[c], kind="selfplay", fields={"wave": self.wave, "model": SELFPLAY_MODEL},
+                    arrays={"games": ids[c], "seeds": seeds[c]}, kinds=("decisions", "ends"))
+                for k, c in enumerate(cut)]
+        self.chunks = {"decisions": [], "ends": []}
+        wave = self.wave
+
+        def commit(job, decisions, ends):
+            self.chunks["decisions"] += decisions
+            self.chunks["ends"] += ends
+            if self.ledger is not None:
+                self.ledger.commit_selfplay(job, wave, sum(len(c["action"]) for c in decisions),
+                                            sum(len(c["game"]) for c in ends))
+
+        self.server.start_phase(jobs, self.job_config, commit, log=self.log)
+        self.wave += 1
+
+    def _collect(self):
+        """Wait for the wave handed out last: (wave, returns, seconds waited)."""
+        t0 = time.monotonic()
+        while not self.server.pump(200, supervise=self.sup.check):
+            pass
+        wave, returns = self.tuner.wave_from_chunks(self.chunks["decisions"], self.chunks["ends"])
+        self.chunks = {"decisions": [], "ends": []}
+        return wave, returns, time.monotonic() - t0
+
+    def run(self, budget_s=None, waves=None, progress=None):
+        """Waves until `waves` are learnt or `budget_s` seconds are spent (the
+        wave in hand is learnt). Returns the totals and the last wave's figures."""
+        if budget_s is None and waves is None:
+            raise ValueError("self-play needs a budget (seconds) or a number of waves")
+        s = self.tuner.settings
+        t0 = time.monotonic()
+        self._push()
+        self._submit()
+        last, done, lags, policy_s = {}, 0, [], 0.0
+        while True:
+            tw = time.monotonic()
+            wave, returns, waited = self._collect()
+            elapsed = time.monotonic() - t0
+            more = (waves is None or done + 1 < waves) and (budget_s is None or elapsed < budget_s)
+            if more:
+                self._submit()           # the workers play the next wave while this one is learnt
+            lr = scheduled_lr(s.lr, s.lr_hold_s, budget_s, elapsed)
+            last = self.tuner.learn(wave, returns, lr, version=self.version, tick=self._tick)
+            self._push()
+            done += 1
+            lags.append(last["version_lag"])
+            last.update(wait_s=waited, wave_s=time.monotonic() - tw)
+            if "kl" in last:
+                policy_s += last["wave_s"]
+            if progress is not None:
+                progress(1)
+            if self.log is not None and (self.tuner.waves <= 3 or self.tuner.waves % 10 == 0):
+                self.log(wave_line(last, self.tuner.games_played, time.monotonic() - t0))
+            if not more:
+                break
+        return {"selfplay_waves": self.tuner.waves, "selfplay_games": self.tuner.games_played,
+                "selfplay_autocast": self.tuner.autocast, "selfplay_decisions": self.tuner.decisions,
+                "selfplay_s": time.monotonic() - t0, "selfplay_mean_version_lag": float(np.mean(lags)),
+                "selfplay_policy_s": policy_s,
+                **{f"selfplay_{k}": v for k, v in last.items() if k != "wave"}}
+
+
+def wave_line(m, games, elapsed):
+    """A wave's log line."""
+    parts = [f"self-play wave {m['wave']}: {games} games in {elapsed:.0f} s",
+             f"critic error on the new wave {m['critic_heldout_mse']:.4f} (zero {m['zero_mse']:.4f})"]
+    if "kl" in m:
+        parts.append(f"kl {m['kl']:.4f}, clipped {m['clipped']:.3f}, entropy {m['entropy']:.3f}, lr {m['lr']:.2g}")
+    else:
+        parts.append("critic only")
+    parts.append(f"wave {m['wave_s']:.1f} s (waited {m['wait_s']:.1f} s for it), version lag {m['version_lag']:.2f}")
+    return "; ".join(parts)
+
+
+def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
+    """Self-play of `trainer`'s strategy net (a trainer.loop.Trainer, its
+    nets loaded) on its own services: the batcher and local workers of its
+    config (service.*) are started, the stage runs, and they are stopped.
+    What benchmarks.lc_selfplay runs on a saved agent."""
+    from trainer.jobs import JobServer, phase_config
+    from trainer.selfplay import SelfPlay
+    from trainer.supervise import Supervisor
+    cfg = trainer.cfg
+    server = JobServer(cfg.service.jobs_bind, cfg.service.heartbeat_timeout_s, curve_keys=cfg.service.curve_keys)
+    sup = None
+    try:
+        sup = Supervisor(trainer, server).start()
+        sup.enter("self-play")
+        tuner = SelfPlay(trainer.game, trainer.nets["strategy"], settings, seed=seed, device=trainer.device)
+        workers = cfg.service.workers or server.live_workers()
+        stage = SelfPlayStage(tuner, server, sup, phase_config(cfg), seed, workers=workers, log=trainer.log)
+        trainer.log(f"self-play on {workers} worker(s) and the batcher at {sup.services.batcher_endpoint}; "
+                    f"the update in {tuner.precision()}")
+        return stage.run(budget_s=budget_s, waves=waves)
+    finally:
+        if sup is not None:
+            sup.close()
+        server.close()
