@@ -101,6 +101,7 @@ class SelfPlayStage:
         self._push()
         self._submit()
         last, done, lags, policy_s = {}, 0, [], 0.0
+        requeued, dropped = self.server.requeued, self.server.dropped_rows
         while True:
             tw = time.monotonic()
             wave, returns, waited = self._collect()
@@ -125,7 +126,8 @@ class SelfPlayStage:
         return {"selfplay_waves": self.tuner.waves, "selfplay_games": self.tuner.games_played,
                 "selfplay_autocast": self.tuner.autocast, "selfplay_decisions": self.tuner.decisions,
                 "selfplay_s": time.monotonic() - t0, "selfplay_mean_version_lag": float(np.mean(lags)),
-                "selfplay_policy_s": policy_s,
+                "selfplay_policy_s": policy_s, "selfplay_requeued_jobs": self.server.requeued - requeued,
+                "selfplay_dropped_rows": self.server.dropped_rows - dropped,
                 **{f"selfplay_{k}": v for k, v in last.items() if k != "wave"}}
 
 
@@ -145,19 +147,22 @@ def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
     """Self-play of `trainer`'s strategy net (a trainer.loop.Trainer, its
     nets loaded) on its own services: the batcher and local workers of its
     config (service.*) are started, the stage runs, and they are stopped.
-    What benchmarks.lc_selfplay runs on a saved agent."""
-    from trainer.jobs import JobServer, phase_config
+    What benchmarks.lc_selfplay runs on a saved agent. Its jobs go into the
+    ledger RUN_DIR/jobs.jsonl (trainer.jobs.selfplay_ledger reads them)."""
+    from trainer.jobs import JobLedger, JobServer, phase_config
     from trainer.selfplay import SelfPlay
     from trainer.supervise import Supervisor
     cfg = trainer.cfg
     server = JobServer(cfg.service.jobs_bind, cfg.service.heartbeat_timeout_s, curve_keys=cfg.service.curve_keys)
+    ledger = JobLedger(trainer.run_dir / "jobs.jsonl", 0)
     sup = None
     try:
         sup = Supervisor(trainer, server).start()
         sup.enter("self-play")
         tuner = SelfPlay(trainer.game, trainer.nets["strategy"], settings, seed=seed, device=trainer.device)
         workers = cfg.service.workers or server.live_workers()
-        stage = SelfPlayStage(tuner, server, sup, phase_config(cfg), seed, workers=workers, log=trainer.log)
+        stage = SelfPlayStage(tuner, server, sup, phase_config(cfg), seed, workers=workers, ledger=ledger,
+                              log=trainer.log)
         trainer.log(f"self-play on {workers} worker(s) and the batcher at {sup.services.batcher_endpoint}; "
                     f"the update in {tuner.precision()}")
         return stage.run(budget_s=budget_s, waves=waves)
@@ -165,3 +170,4 @@ def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
         if sup is not None:
             sup.close()
         server.close()
+        ledger.close()

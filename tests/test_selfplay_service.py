@@ -1,0 +1,113 @@
+"""The self-play stage on the service (trainer/selfplay_stage.py) with real
+parts: a real batcher, real worker processes (`python -m traverser`), the
+job server on loopback. A worker killed mid-wave has its job played again
+and every game is counted once; a worker started by hand joins a stage
+that is already running and its games are counted."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import torch
+
+from lc_helpers import ROOT
+
+from trainer.config import load_config  # noqa: E402
+
+SMALL_LC = ["game.params={colours: 3, ranks: 5, hand_size: 4, max_turns: 200}", "network.hidden=[16]",
+            "service.machines=8", "service.groups=2", "run.progress=false", "run.tensorboard=false",
+            "train.device=cpu", "service.heartbeat_timeout_s=30"]
+
+
+def _trainer(run_dir, sets):
+    from trainer.loop import Trainer
+    torch.set_num_threads(1)
+    return Trainer(load_config(ROOT / "configs" / "smoke.yaml", SMALL_LC + sets), run_dir, log=lambda *_: None)
+
+
+def _ledger_games(run_dir):
+    from trainer.jobs import selfplay_ledger
+    return {w: sorted(g for line in lines for g in range(line["first"], line["first"] + line["n"]))
+            for w, lines in selfplay_ledger(run_dir / "jobs.jsonl").items()}
+
+
+def test_a_worker_killed_mid_wave_has_its_job_played_again_and_every_game_counted_once(tmp_path):
+    from trainer import jobs
+    from trainer.selfplay import SelfPlaySettings
+    from trainer.selfplay_stage import tune_on_service
+    trainer = _trainer(tmp_path / "run", ["service.workers=2"])
+    original = jobs.JobServer._handle
+    killed = {}
+
+    def handle_and_kill(self, frames, by_id, done, job_config, progress):
+        original(self, frames, by_id, done, job_config, progress)
+        for w in self.workers.values():
+            job = w["job"]
+            if (not killed and job is not None and job.kind == "selfplay" and job.staged
+                    and job.staged["decisions"] and job.fields["wave"] == 1):
+                killed["pid"] = w["pid"]
+                os.kill(w["pid"], signal.SIGKILL)       # the wave's first records are staged: kill now
+
+    jobs.JobServer._handle = handle_and_kill
+    try:
+        stats = tune_on_service(trainer, SelfPlaySettings(games=12, critic_waves=1, autocast="none"), waves=3)
+    finally:
+        jobs.JobServer._handle = original
+    assert killed, "no worker was killed"
+    assert stats["selfplay_requeued_jobs"] >= 1 and stats["selfplay_dropped_rows"] > 0
+    assert stats["selfplay_waves"] == 3 and stats["selfplay_games"] == 36
+    # the ledger: each wave's games 0..11 committed once, the killed job's by a later attempt
+    assert _ledger_games(tmp_path / "run") == {w: list(range(12)) for w in range(3)}
+    lines = [line for lines in jobs.selfplay_ledger(tmp_path / "run" / "jobs.jsonl").values() for line in lines]
+    assert any(line["attempt"] > 1 for line in lines if line["wave"] == 1)
+    assert sum(line["ends"] for line in lines) == 36
+    assert sum(line["decisions"] for line in lines) == stats["selfplay_decisions"]
+
+
+def test_a_worker_started_by_hand_joins_a_running_self_play_stage(tmp_path):
+    """service.workers 0 and a batcher of the user's: the stage waits for a
+    worker; one started by hand (`python -m traverser --trainer ...
+    --batcher ...`) takes its jobs, and its games are counted."""
+    from trainer.launcher import free_port
+    from trainer.selfplay import SelfPlaySettings
+    from trainer.selfplay_stage import tune_on_service
+    from batcher.client import wait_for_batcher
+    jobs_ep, batcher_ep = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    batcher = subprocess.Popen([sys.executable, "-m", "batcher", "--bind", batcher_ep, "--device", "cpu"],
+                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        wait_for_batcher(batcher_ep, timeout_s=60)
+        trainer = _trainer(tmp_path / "run", ["service.workers=0", f"service.jobs_bind={jobs_ep}",
+                                              f"service.batcher={batcher_ep}"])
+        out = {}
+
+        def stage():
+            try:
+                out["stats"] = tune_on_service(trainer, SelfPlaySettings(games=6, critic_waves=1, autocast="none"),
+                                               waves=2)
+            except BaseException as e:       # reported below
+                out["error"] = e
+
+        t = threading.Thread(target=stage)
+        t.start()
+        time.sleep(2.0)
+        assert t.is_alive() and not out, "the stage ended without a worker"
+        worker = subprocess.Popen([sys.executable, "-m", "traverser", "--trainer", jobs_ep, "--batcher", batcher_ep,
+                                   "--machines", "4", "--groups", "2"], cwd=ROOT, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        t.join(240)
+        assert not t.is_alive(), "the stage did not finish with the worker"
+        assert "error" not in out, out.get("error")
+        assert out["stats"]["selfplay_games"] == 12 and out["stats"]["selfplay_waves"] == 2
+        assert _ledger_games(tmp_path / "run") == {0: list(range(6)), 1: list(range(6))}
+        worker.wait(30)                      # the stage's end tells the workers it knows to stop
+        assert worker.returncode == 0, worker.stdout.read()[-2000:]
+    finally:
+        for proc in (worker, batcher):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
