@@ -371,7 +371,8 @@ def _lc_metrics(resume_at=None):
     rows = []
     wall = 0.0
     for i in range(1, 13):
-        wall = 30.0 * i if resume_at is None or i < resume_at else 30.0 * (i - resume_at + 1)
+        # a resumed run's clock goes on from its checkpoint's time; the minutes lost to the kill are not in it
+        wall = 30.0 * i if resume_at is None or i < resume_at else 30.0 * i - 20.0
         d = {"iteration": i, "wall_s": wall, "adv_loss_0": 1.0 / i, "adv_loss_1": 2.0 / i,
              "queries_per_s": 1e5 + i, "time_traverse_s": 2.0 + i % 3, "time_train_s": 1.0,
              "batcher_mean_batch": 64.0, "restarts": 0}
@@ -401,8 +402,9 @@ def test_plot_panels_are_what_a_researcher_reads():
     # constants (the mean batch, the restart count, a fixed train time) are left out
     assert shown == {"adv_loss_0", "adv_loss_1", "queries_per_s", "time_traverse_s"}
     assert wall_minutes(rows)[-1] == pytest.approx(6.0)
-    # a resumed run's wall_s starts again at 0; the clock carries on
+    # a resumed run's wall_s counts the run's time: the minutes are wall_s / 60 throughout
     resumed = wall_minutes(_lc_metrics(resume_at=7))
+    assert resumed[5] == pytest.approx(3.0) and resumed[6] == pytest.approx(190.0 / 60)
     assert all(b > a for a, b in zip(resumed, resumed[1:]))
     poker = [{"iteration": i, "wall_s": i, "exploitability": 1.0 / i, "nash_conv": 2.0 / i} for i in range(1, 5)]
     (title, _, log_y, _, lines), = learning_panels(poker)

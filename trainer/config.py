@@ -114,6 +114,8 @@ class TrainSection:
     """Adam learning rate of the self-play fine-tuning (trainer.selfplay.SelfPlaySettings.lr). At 5e-5 a wave moved the policy by a mean KL of under 0.001; 2e-4 gave more in the recipe's 22 minutes (docs/lost_cities_strength.md, "The self-play's learning rate")."""
     selfplay_lr_hold_s: float = -1.0
     """-1: the self-play's learning rate is selfplay_lr throughout. Otherwise it holds selfplay_lr for this many seconds of the stage and then falls linearly to 0 at the stage's end (trainer.selfplay.scheduled_lr); a stage no longer than this never decays, so a longer run keeps a shorter run's first seconds."""
+    selfplay_checkpoint_s: float = 300.0
+    """A checkpoint every this many seconds of the self-play stage (0: only at its end), holding the strategy net, the critic and both optimisers: a run killed in the stage resumes it there (--resume, --auto-resume), and the stage's budget and the time limit count the time the run had spent."""
     selfplay_games: int = 512
     """Deals played together in one self-play wave."""
     selfplay_epochs: int = 2
@@ -379,6 +381,8 @@ def validate(cfg):
         ("train.selfplay_lr_hold_s", cfg.train.selfplay_lr_hold_s == -1
          or (math.isfinite(cfg.train.selfplay_lr_hold_s) and cfg.train.selfplay_lr_hold_s >= 0)),
         ("train.selfplay_games", cfg.train.selfplay_games >= 1),
+        ("train.selfplay_checkpoint_s", math.isfinite(cfg.train.selfplay_checkpoint_s)
+         and cfg.train.selfplay_checkpoint_s >= 0),
         ("train.selfplay_epochs", cfg.train.selfplay_epochs >= 1),
         ("train.selfplay_autocast", cfg.train.selfplay_autocast in ("auto", "none", "bf16")),
         ("eval.every", cfg.eval.every >= 0),

@@ -310,12 +310,13 @@ class JobLedger:
     iterations after its checkpoint), so every traversal id of every phase
     appears exactly once in a run's effective ledger (benchmarks/chaos.py)."""
 
-    def __init__(self, path, start_iteration):
+    def __init__(self, path, start_iteration, selfplay_wave=None):
         import json
         import os
         self._json = json
         self.f = open(path, "a")
-        self._write({"start": int(start_iteration), "pid": os.getpid()})
+        extra = {} if selfplay_wave is None else {"selfplay_wave": int(selfplay_wave)}
+        self._write({"start": int(start_iteration), "pid": os.getpid(), **extra})
 
     def _write(self, line):
         self.f.write(self._json.dumps(line) + "\n")
@@ -358,14 +359,17 @@ def effective_ledger(path):
 
 
 def selfplay_ledger(path):
-    """The self-play lines of a ledger: {wave: [lines]}, the waves of the
-    last trainer start (a resumed run plays its stage again)."""
+    """The self-play lines of a ledger that stand: {wave: [lines]}. A start
+    supersedes the waves from its "selfplay_wave" on (a run resumed in the
+    self-play stage plays them again from its checkpoint), all of them
+    without one (a run resumed before the stage plays it afresh)."""
     import json
     waves = {}
     for text in open(path):
         line = json.loads(text)
         if "start" in line:
-            waves = {}
+            keep = line.get("selfplay_wave", 0)
+            waves = {w: lines for w, lines in waves.items() if w < keep}
         elif line.get("stage") == "selfplay":
             waves.setdefault(line["wave"], []).append(line)
     return waves

@@ -85,6 +85,10 @@ class Trainer:
             self.sdcfr = TabularAverage(self.game, cfg.traversal.fallback)
         self.counters = {"nodes": 0, "traversals": 0, "requeued_jobs": 0, "dropped_rows": 0}
         self.losses = {}
+        self.spent_s = 0.0                # the run's time at the checkpoint it resumes from
+        self.t_start = time.monotonic()   # the run's clock starts here (run() moves it back by spent_s)
+        self.selfplay_state = None        # the self-play stage's state, resumed in that stage
+        self.ledger = self.metrics_f = self.tb = self.supervisor = self.stats_at = None
         if resume is not None:
             self._restore(resume)
         (self.run_dir / "config.json").write_text(json.dumps(config_to_dict(cfg), indent=1))
@@ -112,6 +116,8 @@ class Trainer:
         random.setstate(_tuple_state(json.loads(rng["python"])))
         self.versions = {int(k): int(v) for k, v in ckpt["versions"].items()}
         self.counters = dict(ckpt["counters"])
+        self.spent_s = float(self.counters.get("wall_s", 0.0))
+        self.selfplay_state = ckpt.get("selfplay")
         self.start_iteration = int(ckpt["iteration"]) + 1
         if self.sdcfr is not None:
             if "sdcfr" not in ckpt:
@@ -401,42 +407,6 @@ class Trainer:
             bar.close()
         return loss
 
-    def _self_play(self, t, t_start, server, sup, job_config):
-        """PPO self-play fine-tuning of the strategy net on the workers
-        (trainer/selfplay_stage.py) for train.selfplay_budget_s, or what is
-        left of train.time_limit_s. Returns its selfplay_* metrics."""
-        from trainer.selfplay import SelfPlay, SelfPlaySettings
-        from trainer.selfplay_stage import SelfPlayStage
-        tr = self.cfg.train
-        budget = tr.selfplay_budget_s
-        if tr.time_limit_s > 0:
-            budget = min(budget, tr.time_limit_s - (time.monotonic() - t_start))
-        if budget <= 0:
-            self.log(f"self-play: no time left of train.time_limit_s ({tr.time_limit_s:g} s); the agent is CFR's")
-            return {"selfplay_waves": 0}
-        # the agent CFR made, kept apart: "what did the self-play add" is then one head-to-head command
-        from agents.checkpoint import before_selfplay_checkpoint
-        from trainer.warmstart import save_playing_checkpoint
-        path = save_playing_checkpoint(before_selfplay_checkpoint(self.run_dir), self.cfg, self.nets,
-                                       t, self.value_net, before_selfplay=True)
-        self.log(f"self-play: CFR's agent kept as {path}")
-        settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs,
-                                    autocast=tr.selfplay_autocast, lr_hold_s=tr.selfplay_lr_hold_s)
-        tuner = SelfPlay(self.game, self.nets["strategy"], settings, seed=self.cfg.run.seed, device=self.device)
-        self.log(f"self-play: the update in {tuner.precision()} (train.selfplay_autocast: {tr.selfplay_autocast}); "
-                 f"the games on the workers, their forwards on the batcher")
-        stage = SelfPlayStage(tuner, server, sup, job_config, self.cfg.run.seed,
-                              workers=self.cfg.service.workers or server.live_workers(), ledger=self.ledger,
-                              log=self.log)
-        bar = self._bar(desc=f"self-play: PPO on the strategy net ({tr.selfplay_games} games a wave)", unit="wave",
-                        budget_s=budget)
-        stats = stage.run(budget_s=budget, progress=None if bar is None else bar.update)
-        if bar is not None:
-            bar.close()
-        self.log(f"self-play: {stats['selfplay_games']} games ({stats['selfplay_waves']} waves) in "
-                 f"{stats['selfplay_s']:.0f} s, mean version lag {stats['selfplay_mean_version_lag']:.2f}")
-        return stats
-
     def _evaluate(self, t, first, last):
         from agents.evaluate import evaluate
         from agents.policy import AveragePolicy, CurrentPolicy, parse_kind
@@ -482,8 +452,11 @@ class Trainer:
         return progress(total=total, desc=desc, unit=unit, budget_s=budget_s)
 
     # ---- checkpoint
-    def save(self, t):
+    def save(self, t, selfplay=None):
+        """Checkpoint iteration t (selfplay: the self-play stage's state, or
+        {"done": True} once it ended); the counters carry the run's time."""
         mem_name = None
+        self.counters["wall_s"] = time.monotonic() - self.t_start
         d = ck.checkpoint_dir(self.run_dir)
         d.mkdir(parents=True, exist_ok=True)
         if self.cfg.run.save_memories:
@@ -507,6 +480,8 @@ class Trainer:
             payload["optimizers"]["value"] = self.value_optimizer.state_dict()
         if self.sdcfr is not None:
             payload["sdcfr"] = self.sdcfr.state_dict()
+        if selfplay is not None:
+            payload["selfplay"] = selfplay
         return ck.save_checkpoint(self.run_dir, t, payload)
 
     def _value_payload(self):
@@ -519,120 +494,155 @@ class Trainer:
 
     # ---- main
     def run(self):
+        """The run: the warm start, CFR iterations until the last (by
+        train.iterations or by the time limit, which leaves the self-play
+        stage its budget), then the self-play stage, evaluations, metrics
+        and checkpoints. A run resumed from a checkpoint taken in the
+        self-play stage goes on with that stage. Returns the last metrics."""
         cfg = self.cfg
         server = JobServer(cfg.service.jobs_bind, cfg.service.heartbeat_timeout_s, curve_keys=cfg.service.curve_keys)
         sup = None
-        metrics_f = open(self.run_dir / "metrics.jsonl", "a")
-        self.ledger = JobLedger(self.run_dir / "jobs.jsonl", self.start_iteration)
-        tb = None
-        if cfg.run.tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-                tb = SummaryWriter(str(self.run_dir / "tb"))
-            except ImportError:
-                self.log("tensorboard is not installed: no TensorBoard scalars")
-        t_start = time.monotonic()
-        last_metrics = {}
+        self.metrics_f = open(self.run_dir / "metrics.jsonl", "a")
+        in_stage = self.selfplay_state is not None
+        self.ledger = JobLedger(self.run_dir / "jobs.jsonl", self.start_iteration,
+                                selfplay_wave=self.selfplay_state.get("waves", 0) if in_stage else None)
+        self.tb = self._tensorboard()
+        # the run's clock: a resumed run counts the time its checkpoint had spent, so the stages' budgets hold
+        self.t_start = time.monotonic() - self.spent_s
         warm = {}       # the warm start's figures, for the first metrics line and the summary
         try:
             # the services start first, so that the warm start is supervised like every other phase
             sup = self.supervisor = Supervisor(self, server).start()
-            if cfg.train.warm_start_games > 0 and (self.start_iteration == 1 or cfg.train.warm_start_share > 0):
+            if in_stage and self.selfplay_state.get("done"):
+                self.log(f"the run finished its self-play stage at iteration {self.start_iteration - 1}: "
+                         f"nothing to resume")
+                return {}
+            if (not in_stage and cfg.train.warm_start_games > 0
+                    and (self.start_iteration == 1 or cfg.train.warm_start_share > 0)):
                 sup.enter("warm start")
                 warm = self._warm_start(pretrain=self.start_iteration == 1)
             sup.enter("push")
-            stats_at = sup.stats()         # pushes the weights first
+            self.stats_at = sup.stats()         # pushes the weights first
             self.log(f"run dir {self.run_dir}; batcher {sup.services.batcher_endpoint}; jobs {server.endpoint}; "
                      f"{cfg.service.workers} local worker(s)")
             job_config = phase_config(cfg)
-            t = self.start_iteration - 1
+            if in_stage:                        # killed in the self-play stage: it goes on from its checkpoint
+                t = self.start_iteration - 1
+                return self._end_iteration(t, {"iteration": t}, server, sup, job_config, first=False, last=True)
+            m = {}
             for t in range(self.start_iteration, cfg.train.iterations + 1):
                 m = {"iteration": t, **(warm if t == self.start_iteration else {})}
-                batcher_rows = batcher_shm = 0
-                for p in (0, 1):
-                    if self.sdcfr is not None:
-                        # the opponent's policy in this phase, as the strategy memory samples it
-                        self.sdcfr.add(1 - p, self.nets[f"adv{1 - p}"], t)
-                    t0 = time.monotonic()
-                    sup.enter("traverse", t)
-                    added = self._traverse(server, sup, t, p, job_config)
-                    m[f"time_traverse_s_{p}"] = time.monotonic() - t0
-                    # a snapshot per phase: a batcher restart loses only that phase's earlier rows
-                    bstats = sup.stats()
-                    batcher_rows += counter_growth(stats_at, bstats, "rows")[0]
-                    if "shm_requests" in bstats and "shm_requests" in stats_at:
-                        batcher_shm += counter_growth(stats_at, bstats, "shm_requests")[0]
-                    stats_at = bstats
-                    m[f"samples_adv_{p}"] = added["adv"]
-                    m[f"samples_strat_{p}"] = added["strat"]
-                    if "heldout_mse" in added:
-                        m[f"adv_heldout_mse_{p}"] = added["heldout_mse"]
-                        m[f"adv_heldout_zero_mse_{p}"] = added["heldout_zero_mse"]
-                    t0 = time.monotonic()
-                    sup.enter("train")
-                    m[f"adv_loss_{p}"] = self._train_advantage(p, t)
-                    m[f"time_train_s_{p}"] = time.monotonic() - t0
-                    sup.enter("push")
-                    sup.push(p)
-                m["time_traverse_s"] = m["time_traverse_s_0"] + m["time_traverse_s_1"]
-                m["time_train_s"] = m["time_train_s_0"] + m["time_train_s_1"]
-                m["batcher_rows"] = batcher_rows
-                m["batcher_shm_requests"] = batcher_shm     # rounds that came through shared memory
-                m["queries_per_s"] = m["batcher_rows"] / max(m["time_traverse_s"], 1e-9)
-                m["batcher_mean_batch"] = bstats["mean_batch"]
-                m["batcher_busy_fraction"] = bstats["busy_fraction"]
-                m["adv_memory_0"], m["adv_memory_1"] = len(self.adv_mem[0]), len(self.adv_mem[1])
-                m["strategy_memory"] = len(self.strat_mem)
+                self._cfr_iteration(t, m, server, sup)
                 # the time limit leaves the self-play fine-tuning its budget after the last iteration
-                last = t == cfg.train.iterations or (cfg.train.time_limit_s > 0 and time.monotonic() - t_start
+                last = t == cfg.train.iterations or (cfg.train.time_limit_s > 0 and time.monotonic() - self.t_start
                                                       >= cfg.train.time_limit_s - cfg.train.selfplay_budget_s)
                 first = t == self.start_iteration == 1 and cfg.eval.every > 0
-                do_eval = last or first or (cfg.eval.every > 0 and t % cfg.eval.every == 0)
-                strategy_due = last or do_eval or (cfg.train.strategy_every > 0 and t % cfg.train.strategy_every == 0)
-                if strategy_due and (self.sdcfr is None or cfg.train.strategy_steps > 0):
-                    t0 = time.monotonic()
-                    sup.enter("train")
-                    m["strategy_loss"] = self._train_strategy(t)
-                    m["time_strategy_s"] = time.monotonic() - t0
-                if last and cfg.train.selfplay_budget_s > 0:
-                    sup.enter("self-play")
-                    m.update(self._self_play(t, t_start, server, sup, job_config))
-                if do_eval:
-                    t0 = time.monotonic()
-                    if cfg.run.progress and self.game.name == "lost_cities":
-                        self.log(f"iter {t}: evaluating, {cfg.eval.lc_games} games against each of "
-                                 f"{', '.join(cfg.eval.opponents)}")
-                    sup.enter("evaluate")
-                    m.update(self._evaluate(t, first, last))
-                    m["time_eval_s"] = time.monotonic() - t0
-                m["requeued_jobs"] = self.counters["requeued_jobs"]
-                m["dropped_rows"] = self.counters["dropped_rows"]
-                m["restarts"] = sup.total_restarts()     # by this trainer process, every phase
-                m["restarts_batcher"], m["restarts_worker"] = sup.restarts["batcher"], sup.restarts["worker"]
-                m["wall_s"] = time.monotonic() - t_start
-                metrics_f.write(json.dumps({k: v for k, v in m.items() if v is not None}) + "\n")
-                metrics_f.flush()
-                if tb is not None:
-                    for k, v in m.items():
-                        if isinstance(v, (int, float)) and k != "iteration":
-                            tb.add_scalar(k, v, t)
-                self.log(iteration_line(m))
-                last_metrics = m
-                if last or (cfg.run.checkpoint_every > 0 and t % cfg.run.checkpoint_every == 0):
-                    sup.enter("checkpoint")
-                    path = self.save(t)
-                    self.log(f"checkpoint {path}")
+                m = self._end_iteration(t, m, server, sup, job_config, first, last)
                 if last:
                     break
-            return {**warm, **last_metrics} if last_metrics else last_metrics
+            return {**warm, **m} if m else m
         finally:
-            metrics_f.close()
+            self.metrics_f.close()
             self.ledger.close()
-            if tb is not None:
-                tb.close()
+            if self.tb is not None:
+                self.tb.close()
             if sup is not None:
                 sup.close()
             server.close()
+
+    def _tensorboard(self):
+        if not self.cfg.run.tensorboard:
+            return None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+            return SummaryWriter(str(self.run_dir / "tb"))
+        except ImportError:
+            self.log("tensorboard is not installed: no TensorBoard scalars")
+            return None
+
+    def _cfr_iteration(self, t, m, server, sup):
+        """Each player's traversals, its advantage net trained and pushed; the figures into m."""
+        job_config = phase_config(self.cfg)
+        batcher_rows = batcher_shm = 0
+        for p in (0, 1):
+            if self.sdcfr is not None:
+                # the opponent's policy in this phase, as the strategy memory samples it
+                self.sdcfr.add(1 - p, self.nets[f"adv{1 - p}"], t)
+            t0 = time.monotonic()
+            sup.enter("traverse", t)
+            added = self._traverse(server, sup, t, p, job_config)
+            m[f"time_traverse_s_{p}"] = time.monotonic() - t0
+            # a snapshot per phase: a batcher restart loses only that phase's earlier rows
+            bstats = sup.stats()
+            batcher_rows += counter_growth(self.stats_at, bstats, "rows")[0]
+            if "shm_requests" in bstats and "shm_requests" in self.stats_at:
+                batcher_shm += counter_growth(self.stats_at, bstats, "shm_requests")[0]
+            self.stats_at = bstats
+            m[f"samples_adv_{p}"], m[f"samples_strat_{p}"] = added["adv"], added["strat"]
+            if "heldout_mse" in added:
+                m[f"adv_heldout_mse_{p}"] = added["heldout_mse"]
+                m[f"adv_heldout_zero_mse_{p}"] = added["heldout_zero_mse"]
+            t0 = time.monotonic()
+            sup.enter("train")
+            m[f"adv_loss_{p}"] = self._train_advantage(p, t)
+            m[f"time_train_s_{p}"] = time.monotonic() - t0
+            sup.enter("push")
+            sup.push(p)
+        m["time_traverse_s"] = m["time_traverse_s_0"] + m["time_traverse_s_1"]
+        m["time_train_s"] = m["time_train_s_0"] + m["time_train_s_1"]
+        m["batcher_rows"] = batcher_rows
+        m["batcher_shm_requests"] = batcher_shm     # rounds that came through shared memory
+        m["queries_per_s"] = m["batcher_rows"] / max(m["time_traverse_s"], 1e-9)
+        m["batcher_mean_batch"] = self.stats_at["mean_batch"]
+        m["batcher_busy_fraction"] = self.stats_at["busy_fraction"]
+        m["adv_memory_0"], m["adv_memory_1"] = len(self.adv_mem[0]), len(self.adv_mem[1])
+        m["strategy_memory"] = len(self.strat_mem)
+
+    def _end_iteration(self, t, m, server, sup, job_config, first, last):
+        """The strategy net's training when due, the self-play stage after the
+        last iteration, the evaluation, the metrics line and the checkpoint."""
+        cfg = self.cfg
+        do_eval = last or first or (cfg.eval.every > 0 and t % cfg.eval.every == 0)
+        strategy_due = last or do_eval or (cfg.train.strategy_every > 0 and t % cfg.train.strategy_every == 0)
+        if strategy_due and self.selfplay_state is None and (self.sdcfr is None or cfg.train.strategy_steps > 0):
+            t0 = time.monotonic()
+            sup.enter("train")
+            m["strategy_loss"] = self._train_strategy(t)
+            m["time_strategy_s"] = time.monotonic() - t0
+        stage_done = None
+        if last and cfg.train.selfplay_budget_s > 0:
+            from trainer.selfplay_stage import run_in_trainer
+            sup.enter("self-play")
+            m.update(run_in_trainer(self, t, server, sup, job_config))
+            stage_done = {"done": True}
+        if do_eval:
+            t0 = time.monotonic()
+            if cfg.run.progress and self.game.name == "lost_cities":
+                self.log(f"iter {t}: evaluating, {cfg.eval.lc_games} games against each of "
+                         f"{', '.join(cfg.eval.opponents)}")
+            sup.enter("evaluate")
+            m.update(self._evaluate(t, first, last))
+            m["time_eval_s"] = time.monotonic() - t0
+        m["requeued_jobs"] = self.counters["requeued_jobs"]
+        m["dropped_rows"] = self.counters["dropped_rows"]
+        m["restarts"] = sup.total_restarts()     # by this trainer process, every phase
+        m["restarts_batcher"], m["restarts_worker"] = sup.restarts["batcher"], sup.restarts["worker"]
+        m["wall_s"] = time.monotonic() - self.t_start
+        self._write_metrics(t, m)
+        if last or (cfg.run.checkpoint_every > 0 and t % cfg.run.checkpoint_every == 0):
+            sup.enter("checkpoint")
+            self.log(f"checkpoint {self.save(t, selfplay=stage_done)}")
+        return m
+
+    def _write_metrics(self, t, m):
+        """The iteration's metrics line, its TensorBoard scalars and its log line."""
+        self.metrics_f.write(json.dumps({k: v for k, v in m.items() if v is not None}) + "\n")
+        self.metrics_f.flush()
+        if self.tb is not None:
+            for k, v in m.items():
+                if isinstance(v, (int, float)) and k != "iteration":
+                    self.tb.add_scalar(k, v, t)
+        self.log(iteration_line(m))
 
 
 def _ordered(chunks):

@@ -63,19 +63,10 @@ def read_metrics(path):
 
 
 def wall_minutes(rows):
-    """Wall-clock minutes since the run began, per row. `wall_s` restarts at 0
-    when a run is resumed; the clock here continues from the last value."""
-    out, offset, last = [], 0.0, None
-    for i, row in enumerate(rows):
-        w = row.get("wall_s")
-        if not _is_number(w):
-            out.append(None)
-            continue
-        if last is not None and w < last:
-            offset += last
-        last = w
-        out.append((offset + w) / 60.0)
-    return out
+    """Wall-clock minutes since the run began, per row: `wall_s` counts the
+    run's time, a resumed run's from the time its checkpoint had spent (the
+    rows it redoes after a kill stand at the times they were redone)."""
+    return [row.get("wall_s") / 60.0 if _is_number(row.get("wall_s")) else None for row in rows]
 
 
 def _points(rows, xs, key):

@@ -202,6 +202,24 @@ class SelfPlay:
         [N, A], as play_wave records them and update compares against."""
         return masked_log_softmax(self.forward(self.net, info), mask)
 
+    def state(self):
+        """What a checkpoint keeps of the tuner to go on: the critic, both
+        optimisers, the counts and the minibatch stream."""
+        import json
+        return {"critic": {k: v.detach().cpu().clone() for k, v in self.critic.state_dict().items()},
+                "opt": self.opt.state_dict(), "critic_opt": self.critic_opt.state_dict(), "waves": self.waves,
+                "games_played": self.games_played, "decisions": self.decisions,
+                "rng": json.dumps(self.rng.bit_generator.state)}
+
+    def load_state(self, state):
+        """Go on from state() (the strategy net's weights come with the checkpoint's nets)."""
+        import json
+        self.critic.load_state_dict(state["critic"])
+        self.opt.load_state_dict(state["opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.waves, self.games_played, self.decisions = state["waves"], state["games_played"], state["decisions"]
+        self.rng.bit_generator.state = json.loads(state["rng"])
+
     # ---- the waves the workers play
     def served(self):
         """The module the batcher serves for self-play: the strategy net and

@@ -40,7 +40,8 @@ class SelfPlayStage:
     `server` (trainer.jobs.JobServer), supervised by `sup`
     (trainer.supervise.Supervisor), which serves the weights."""
 
-    def __init__(self, tuner, server, sup, job_config, run_seed, workers=1, ledger=None, log=None):
+    def __init__(self, tuner, server, sup, job_config, run_seed, workers=1, ledger=None, log=None,
+                 checkpoint=None, checkpoint_s=0.0):
         self.tuner = tuner
         self.server = server
         self.sup = sup
@@ -49,8 +50,11 @@ class SelfPlayStage:
         self.workers = max(1, int(workers))
         self.ledger = ledger
         self.log = log
+        self.checkpoint = checkpoint     # checkpoint(state) every checkpoint_s seconds (state: self.state())
+        self.checkpoint_s = checkpoint_s
         self.version = 0
-        self.wave = 0                    # waves handed out
+        self.wave = tuner.waves          # the next wave to hand out (a resumed tuner's waves are learnt)
+        self.elapsed_s = 0.0
         self.chunks = {"decisions": [], "ends": []}
 
     def _tick(self):
@@ -91,13 +95,20 @@ class SelfPlayStage:
         self.chunks = {"decisions": [], "ends": []}
         return wave, returns, time.monotonic() - t0
 
-    def run(self, budget_s=None, waves=None, progress=None):
+    def state(self):
+        """The stage's state for a checkpoint: the tuner's, the seconds spent."""
+        return {**self.tuner.state(), "elapsed_s": self.elapsed_s}
+
+    def run(self, budget_s=None, waves=None, progress=None, start_s=0.0):
         """Waves until `waves` are learnt or `budget_s` seconds are spent (the
-        wave in hand is learnt). Returns the totals and the last wave's figures."""
+        wave in hand is learnt), counting `start_s` seconds spent before (a
+        stage resumed from a checkpoint). Returns the totals and the last
+        wave's figures."""
         if budget_s is None and waves is None:
             raise ValueError("self-play needs a budget (seconds) or a number of waves")
         s = self.tuner.settings
-        t0 = time.monotonic()
+        t0 = time.monotonic() - start_s
+        saved = time.monotonic()
         self._push()
         self._submit()
         last, done, lags, policy_s = {}, 0, [], 0.0
@@ -121,11 +132,15 @@ class SelfPlayStage:
                 progress(1)
             if self.log is not None and (self.tuner.waves <= 3 or self.tuner.waves % 10 == 0):
                 self.log(wave_line(last, self.tuner.games_played, time.monotonic() - t0))
+            self.elapsed_s = time.monotonic() - t0
             if not more:
                 break
+            if self.checkpoint is not None and self.checkpoint_s > 0 and time.monotonic() - saved >= self.checkpoint_s:
+                self.checkpoint(self.state())
+                saved = time.monotonic()
         return {"selfplay_waves": self.tuner.waves, "selfplay_games": self.tuner.games_played,
                 "selfplay_autocast": self.tuner.autocast, "selfplay_decisions": self.tuner.decisions,
-                "selfplay_s": time.monotonic() - t0, "selfplay_mean_version_lag": float(np.mean(lags)),
+                "selfplay_s": self.elapsed_s, "selfplay_mean_version_lag": float(np.mean(lags)),
                 "selfplay_policy_s": policy_s, "selfplay_requeued_jobs": self.server.requeued - requeued,
                 "selfplay_dropped_rows": self.server.dropped_rows - dropped,
                 **{f"selfplay_{k}": v for k, v in last.items() if k != "wave"}}
@@ -141,6 +156,53 @@ def wave_line(m, games, elapsed):
         parts.append("critic only")
     parts.append(f"wave {m['wave_s']:.1f} s (waited {m['wait_s']:.1f} s for it), version lag {m['version_lag']:.2f}")
     return "; ".join(parts)
+
+
+def run_in_trainer(trainer, t, server, sup, job_config):
+    """The run's self-play stage after CFR's last iteration t (trainer: a
+    trainer.loop.Trainer) for train.selfplay_budget_s, or what is left of
+    train.time_limit_s on the run's clock; resumed from the trainer's
+    selfplay_state where the run was killed in it, checkpointed every
+    train.selfplay_checkpoint_s. Returns its selfplay_* metrics."""
+    from agents.checkpoint import before_selfplay_checkpoint
+    from trainer.selfplay import SelfPlay, SelfPlaySettings
+    from trainer.warmstart import save_playing_checkpoint
+    tr, log = trainer.cfg.train, trainer.log
+    resumed = trainer.selfplay_state or {}
+    budget = tr.selfplay_budget_s
+    if tr.time_limit_s > 0:
+        budget = min(budget, resumed.get("elapsed_s", 0.0) + tr.time_limit_s - (time.monotonic() - trainer.t_start))
+    if budget <= resumed.get("elapsed_s", 0.0):
+        log(f"self-play: no time left of train.time_limit_s ({tr.time_limit_s:g} s); the agent is "
+            + ("as its last checkpoint left it" if resumed else "CFR's"))
+        return {"selfplay_waves": resumed.get("waves", 0)}
+    if not resumed:
+        # the agent CFR made, kept apart: "what did the self-play add" is then one head-to-head command
+        path = save_playing_checkpoint(before_selfplay_checkpoint(trainer.run_dir), trainer.cfg, trainer.nets,
+                                       t, trainer.value_net, before_selfplay=True)
+        log(f"self-play: CFR's agent kept as {path}")
+    settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs,
+                                autocast=tr.selfplay_autocast, lr_hold_s=tr.selfplay_lr_hold_s)
+    tuner = SelfPlay(trainer.game, trainer.nets["strategy"], settings, seed=trainer.cfg.run.seed,
+                     device=trainer.device)
+    if resumed:
+        tuner.load_state(resumed)
+        log(f"self-play: resumed at wave {tuner.waves}, {resumed['elapsed_s']:.0f} s of {budget:.0f} s spent")
+    log(f"self-play: the update in {tuner.precision()} (train.selfplay_autocast: {tr.selfplay_autocast}); "
+        f"the games on the workers, their forwards on the batcher")
+    stage = SelfPlayStage(tuner, server, sup, job_config, trainer.cfg.run.seed,
+                          workers=trainer.cfg.service.workers or server.live_workers(), ledger=trainer.ledger,
+                          log=log, checkpoint=lambda state: log(f"checkpoint {trainer.save(t, selfplay=state)}"),
+                          checkpoint_s=tr.selfplay_checkpoint_s)
+    bar = trainer._bar(desc=f"self-play: PPO on the strategy net ({tr.selfplay_games} games a wave)", unit="wave",
+                       budget_s=budget - resumed.get("elapsed_s", 0.0))
+    stats = stage.run(budget_s=budget, progress=None if bar is None else bar.update,
+                      start_s=resumed.get("elapsed_s", 0.0))
+    if bar is not None:
+        bar.close()
+    log(f"self-play: {stats['selfplay_games']} games ({stats['selfplay_waves']} waves) in {stats['selfplay_s']:.0f} s, "
+        f"mean version lag {stats['selfplay_mean_version_lag']:.2f}")
+    return stats
 
 
 def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
