@@ -4,6 +4,7 @@ job server on loopback. A worker killed mid-wave has its job played again
 and every game is counted once; a worker started by hand joins a stage
 that is already running and its games are counted."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,3 +112,60 @@ def test_a_worker_started_by_hand_joins_a_running_self_play_stage(tmp_path):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_trainer_killed_in_the_self_play_stage_resumes_the_stage_from_its_checkpoint(tmp_path):
+    """SIGKILL the trainer once the stage has checkpointed; --auto-resume
+    goes on with the stage at the checkpoint's wave (no CFR iteration again),
+    with the critic and both optimisers, and the stage's budget counts the
+    seconds spent before the kill. Each wave's games stand once in the ledger."""
+    from trainer import checkpoint as ck
+    from trainer.jobs import selfplay_ledger
+    run_dir = tmp_path / "run"
+    sets = SMALL_LC + ["service.workers=1", "train.traversals=20", "train.adv_steps=2", "train.strategy_steps=2",
+                       "eval.lc_games=2", "train.iterations=2", "train.selfplay_budget_s=16",
+                       "train.selfplay_games=8", "train.selfplay_checkpoint_s=1", "run.checkpoint_every=1"]
+    cmd = [sys.executable, "-m", "trainer", "--config", "configs/smoke.yaml", "--run-dir", str(run_dir),
+           "--auto-resume", *sum([["--set", s] for s in sets], [])]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    with open(tmp_path / "first.log", "w") as out:
+        first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    state = None
+    deadline = time.monotonic() + 240
+    try:
+        while first.poll() is None and time.monotonic() < deadline:
+            latest = ck.latest_checkpoint(run_dir)
+            if latest is not None:
+                try:
+                    state = ck.load_checkpoint(latest).get("selfplay")
+                except Exception:           # noqa: BLE001 - written while read: try again
+                    state = None
+                if state is not None and state.get("waves", 0) >= 3:
+                    break
+            time.sleep(0.2)
+        assert first.poll() is None, "the first trainer ended before its stage checkpointed:\n" + \
+            (tmp_path / "first.log").read_text()[-3000:]
+        assert state is not None and not state.get("done"), "no self-play checkpoint in time"
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    final = ck.load_checkpoint(run_dir)
+    assert final["iteration"] == 2 and final["selfplay"] == {"done": True}
+    resumed_at = int(re.search(r"self-play: resumed at wave (\d+), (\d+) s of", r.stdout).group(1))
+    assert resumed_at >= state["waves"] >= 3
+    # straight back into the stage: no CFR iteration, CFR's agent kept as it was
+    assert not re.search(r"^iter \d+ \| traverse", r.stdout, re.M) and "CFR's agent kept as" not in r.stdout
+    import json
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["iteration"] == 2 and lines[-1]["selfplay_waves"] > resumed_at
+    # the budget counts the seconds before the kill: the stage's time in all is about its budget
+    assert lines[-1]["selfplay_s"] >= 16 and lines[-1]["selfplay_s"] < 16 + 30
+    waves = selfplay_ledger(run_dir / "jobs.jsonl")
+    assert sorted(waves) == list(range(lines[-1]["selfplay_waves"]))
+    for w, entries in waves.items():
+        assert sorted(g for x in entries for g in range(x["first"], x["first"] + x["n"])) == list(range(8)), w

@@ -7,8 +7,13 @@ from pathlib import Path
 
 def iteration_line(m):
     """The one log line of an iteration."""
-    parts = [f"iter {m['iteration']}", f"traverse {m['time_traverse_s']:.1f}s", f"train {m['time_train_s']:.1f}s",
-             f"{m['queries_per_s']:,.0f} queries/s", f"adv loss {m.get('adv_loss_0') or 0:.4g}/{m.get('adv_loss_1') or 0:.4g}"]
+    parts = [f"iter {m['iteration']}"]
+    if "time_traverse_s" in m:           # not in the line of a run that resumed its self-play stage
+        parts += [f"traverse {m['time_traverse_s']:.1f}s", f"train {m['time_train_s']:.1f}s",
+                  f"{m['queries_per_s']:,.0f} queries/s",
+                  f"adv loss {m.get('adv_loss_0') or 0:.4g}/{m.get('adv_loss_1') or 0:.4g}"]
+    if m.get("selfplay_waves"):
+        parts.append(f"self-play {m['selfplay_waves']} waves, {m['selfplay_games']} games")
     if "adv_heldout_mse_0" in m and "adv_heldout_mse_1" in m:
         # the advantage nets on this iteration's new samples, before training on them
         parts.append(f"adv held-out {m['adv_heldout_mse_0']:.4g}/{m['adv_heldout_mse_1']:.4g} "
