@@ -3,13 +3,16 @@
 A chaos test of the local training service (docs/reliability.md). It runs a
 real local training (`python -m trainer`, its own batcher and workers) and
 SIGKILLs the batcher and the workers at random moments in every phase (warm
-start, traverse, train, push, evaluate, checkpoint), then SIGKILLs the
-trainer itself half way and resumes it with --auto-resume. A fault-free run
+start, traverse, train, push, self-play, evaluate, checkpoint), then
+SIGKILLs the trainer itself half way (or, with --kill-trainer-in self-play,
+in its self-play stage) and resumes it with --auto-resume. A fault-free run
 of the same config is the reference. At the end it checks that
 
   - the run completed its iterations;
   - every traversal job of every phase was committed exactly once (the job
     ledger, RUN_DIR/jobs.jsonl), with as many rows as in the fault-free run;
+  - every self-play wave's games were committed exactly once, and the
+    stage ended;
   - the memories are the fault-free run's: no sample row lost or doubled
     (rows the trainer reported dropped belong to attempts it handed out again);
   - no batcher or worker process, shared-memory or socket directory is left,
@@ -41,7 +44,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASES = ("warm start", "traverse", "train", "push", "evaluate", "checkpoint")
+PHASES = ("warm start", "traverse", "train", "push", "self-play", "evaluate", "checkpoint")
 KILLS = "chaos_kills.jsonl"      # in the run directory: one line per kill, and the children and directories seen
 
 # A row's answer can depend on the batch it rode in (the last float bits), so
@@ -57,7 +60,8 @@ SMALL = ["network.hidden=[32, 32]", "train.traversals=64", "train.adv_steps=20",
          "train.warm_start_procs=1", "service.workers=2", "service.machines=8", "service.groups=1",
          "service.job_size=8", "service.heartbeat_timeout_s=30", "eval.every=1", "eval.lc_games=4",
          "eval.opponents=[random]", "eval.openspiel=false", "run.checkpoint_every=1", "run.save_memories=true",
-         "run.progress=false", "run.tensorboard=false", "train.time_limit_s=0"]
+         "run.progress=false", "run.tensorboard=false", "train.time_limit_s=0",
+         "train.selfplay_budget_s=6", "train.selfplay_games=16", "train.selfplay_checkpoint_s=1"]
 
 
 # ---------------------------------------------------------------------------
@@ -98,6 +102,9 @@ class ChaosMonkey:
                     timer.start()
                 else:
                     self._kill(sup, target, True)
+        if phase == "self-play":
+            self._kills_in_stage(sup)
+            return
         if self.rng.random() >= self.rate:
             return
         target = "batcher" if phase == "push" or self.rng.random() < 0.5 else "worker"
@@ -108,6 +115,18 @@ class ChaosMonkey:
         timer = threading.Timer(delay, self._kill, (sup, target))
         timer.daemon = True             # a kill still pending when the trainer exits is dropped
         timer.start()
+
+    def _kills_in_stage(self, sup):
+        """The self-play stage is one long phase: about one kill per 2 s of
+        its budget at rate 1 (rate x budget / 2 in all), each of the batcher
+        or a worker at a random moment of the stage, mid-wave or mid-update."""
+        budget = sup.trainer.cfg.train.selfplay_budget_s
+        n = int(self.rate * budget / 2.0 + self.rng.random())
+        for _ in range(n):
+            target = "batcher" if self.rng.random() < 0.5 else "worker"
+            timer = threading.Timer(self.rng.uniform(0.0, budget), self._kill, (sup, target))
+            timer.daemon = True
+            timer.start()
 
     def _kill_when_waiting(self, sup):
         """Kill the batcher once the push's request is out and the trainer waits for the reply."""
@@ -244,18 +263,44 @@ def _caught_up(run_dir, trainer_log):
     return len(re.findall(r"^restart: ", trainer_log.read_text(errors="replace"), re.M)) >= kills
 
 
+def _aims_left(run_dir, aim, trainer_pid):
+    """The aimed PROCESS:PHASE pairs that trainer `trainer_pid` killed none
+    in (phases it never reached, such as a self-play stage after it was
+    killed): the resumed trainer takes them."""
+    landed = set()
+    if (run_dir / KILLS).exists():
+        for line in (run_dir / KILLS).read_text().splitlines():
+            item = json.loads(line)
+            if item.get("trainer") == trainer_pid and "kill" in item:
+                landed.add((item["kill"], item["phase"]))
+    return ",".join(f"{t}:{ph}" for t, ph in sorted(parse_aim(aim) - landed)) if aim else ""
+
+
 def _latest_iteration(run_dir):
     from trainer import checkpoint as ck
     latest = ck.latest_checkpoint(run_dir)
     return int(latest.stem.split("_")[1]) if latest is not None else 0
 
 
+def _in_stage(run_dir):
+    """Whether the run's latest checkpoint was taken in its self-play stage."""
+    from trainer import checkpoint as ck
+    latest = ck.latest_checkpoint(run_dir)
+    try:
+        state = ck.load_checkpoint(latest).get("selfplay") if latest is not None else None
+    except Exception:           # noqa: BLE001 - being written: not yet
+        return False
+    return state is not None and not state.get("done")
+
+
 def run_chaos(out_dir, iterations, rate, seed, config, sets, aim="", reference=True, kill_trainer=True,
-              timeout_s=3600, log=print):
+              timeout_s=3600, log=print, kill_trainer_in="cfr"):
     """The fault-free reference run (unless `reference` is off), the chaos run
-    (its trainer killed and resumed once unless `kill_trainer` is off), and
-    the checks. `aim`: kills at the first start of phases (parse_aim), in the
-    first trainer process only. Returns (summary line, failures, details)."""
+    (its trainer killed and resumed once unless `kill_trainer` is off: half
+    way through CFR, or with kill_trainer_in "self-play" once its self-play
+    stage has checkpointed), and the checks. `aim`: kills at the first start
+    of phases (parse_aim), in the first trainer process only. Returns
+    (summary line, failures, details)."""
     out_dir = Path(out_dir)
     sets = list(sets) + [f"train.iterations={iterations}", "service.max_restarts=100000"]
     ref_dir, run_dir = out_dir / "reference", out_dir / "chaos"
@@ -287,6 +332,9 @@ def run_chaos(out_dir, iterations, rate, seed, config, sets, aim="", reference=T
     if kill_trainer:
         rng = random.Random(seed + 1)
         target = max(1, iterations // 2)
+        if kill_trainer_in == "self-play":
+            while proc.poll() is None and not _in_stage(run_dir) and time.monotonic() < deadline:
+                time.sleep(0.1)
         while proc.poll() is None and _latest_iteration(run_dir) < target and time.monotonic() < deadline:
             time.sleep(0.1)
         # its children back up first (10 s at most), so that every phase's kill shows its restart
@@ -301,14 +349,16 @@ def run_chaos(out_dir, iterations, rate, seed, config, sets, aim="", reference=T
             killed_trainers.append(proc.pid)
             with open(trainer_log, "a") as f:
                 f.write(f"chaos: trainer pid {proc.pid} killed with SIGKILL after checkpoint "
-                        f"{_latest_iteration(run_dir)}; resuming\n")
+                        f"{_latest_iteration(run_dir)}{' in its self-play stage' if _in_stage(run_dir) else ''}; "
+                        f"resuming\n")
             gone_by = time.monotonic() + 15
             while time.monotonic() < gone_by and any(_service_alive(c) for c in children):
                 time.sleep(0.1)
             orphans = [c for c in children if _service_alive(c)]
             if orphans:
                 failures.append(f"children {orphans} outlived the killed trainer")
-            proc = _trainer(run_dir, config, sets, trainer_log, rate=rate, seed=seed + 2)
+            proc = _trainer(run_dir, config, sets, trainer_log, rate=rate, seed=seed + 2,
+                            aim=_aims_left(run_dir, aim, proc.pid))
     rc = wait(proc, "the chaos run")
     if rc != 0:
         failures.append(f"the chaos run failed (exit {rc}); see {trainer_log}")
@@ -336,7 +386,7 @@ def check(ref_dir, run_dir, trainer_log, iterations, failures, killed_trainers=(
                 dirs.update(item["dirs"])
     text = trainer_log.read_text(errors="replace")
     restarted = {int(pid): phase for pid, phase in
-                 re.findall(r"^restart: \S+ \(pid (\d+)\) exited with code \S+ in phase ([a-z ]+?)(?: of|;)", text, re.M)}
+                 re.findall(r"^restart: \S+ \(pid (\d+)\) exited with code \S+ in phase ([a-z -]+?)(?: of|;)", text, re.M)}
     requeues = [int(n) for n in re.findall(r"handed out again \(.*; (\d+) partial sample rows dropped\)", text)]
 
     # the run completed its iterations
@@ -359,6 +409,7 @@ def check(ref_dir, run_dir, trainer_log, iterations, failures, killed_trainers=(
             ids = sorted(i for x in ledger.get((t, p), []) for i in range(x["first"], x["first"] + x["n"]))
             if ids != list(range(p * traversals, (p + 1) * traversals)):
                 failures.append(f"iteration {t} player {p}: traversal ids not each committed exactly once")
+    stage = _check_selfplay(run_dir, done, failures)
     if ref_dir is not None:
         reference = effective_ledger(ref_dir / "jobs.jsonl")
         for key, lines in sorted(reference.items()):
@@ -415,10 +466,31 @@ def check(ref_dir, run_dir, trainer_log, iterations, failures, killed_trainers=(
                f"requeued, {sum(requeues)} rows dropped; {done}/{iterations} iterations, "
                f"{2 * iterations}x{traversals} traversals {'exactly once' if exact else 'NOT exactly once'}"
                f"{', memories' + (' equal to' if same else ' NOT equal to') + ' the fault-free run' if ref_dir is not None else ''}, "
+               f"{stage}, "
                f"{loaded} checkpoints load; leftovers {len(leftovers)}; {seconds:.0f} s; "
                + ("all checks passed" if not failures else f"{len(failures)} checks FAILED"))
     return summary, {"kills": kills, "restarted": restarted, "requeues": requeues, "leftovers": leftovers,
                      "by_phase": by_phase, "loaded": loaded}
+
+
+def _check_selfplay(run_dir, done, failures):
+    """The self-play stage's ledger: waves 0..W-1, each wave's games once,
+    and the final checkpoint says the stage ended. Returns its words for the summary."""
+    from trainer import checkpoint as ck
+    from trainer.jobs import selfplay_ledger
+    if not done or not ck.load_checkpoint(run_dir)["config"]["train"]["selfplay_budget_s"]:
+        return "no self-play stage"
+    games = ck.load_checkpoint(run_dir)["config"]["train"]["selfplay_games"]
+    waves = selfplay_ledger(run_dir / "jobs.jsonl")
+    if sorted(waves) != list(range(len(waves))) or not waves:
+        failures.append(f"self-play waves {sorted(waves)} are not 0..{len(waves) - 1}")
+    for w, lines in sorted(waves.items()):
+        if sorted(g for x in lines for g in range(x["first"], x["first"] + x["n"])) != list(range(games)):
+            failures.append(f"self-play wave {w}: games not each committed exactly once")
+    if ck.load_checkpoint(run_dir).get("selfplay") != {"done": True}:
+        failures.append("the final checkpoint does not say the self-play stage ended")
+    return f"{len(waves)} self-play waves x {games} games " + (
+        "exactly once" if not any("self-play wave" in f for f in failures) else "NOT exactly once")
 
 
 def main(argv=None):
@@ -438,6 +510,8 @@ def main(argv=None):
                                                   "(all: both processes in every phase; '' none)")
     ap.add_argument("--no-reference", action="store_true", help="skip the fault-free run (and its comparisons)")
     ap.add_argument("--no-trainer-kill", action="store_true")
+    ap.add_argument("--kill-trainer-in", choices=("cfr", "self-play"), default="cfr",
+                    help="where the trainer is killed: half way through CFR, or in the self-play stage")
     ap.add_argument("--timeout", type=float, default=3600)
     args = ap.parse_args(argv)
     if args.iterations < 1 or not 0.0 <= args.rate <= 1.0:
@@ -450,7 +524,8 @@ def main(argv=None):
         ap.error(str(e))
     summary, failures, _ = run_chaos(out, args.iterations, args.rate, args.seed, args.config, SMALL + args.set,
                                      aim=args.aim, reference=not args.no_reference,
-                                     kill_trainer=not args.no_trainer_kill, timeout_s=args.timeout)
+                                     kill_trainer=not args.no_trainer_kill, timeout_s=args.timeout,
+                                     kill_trainer_in=args.kill_trainer_in)
     for f in failures:
         print(f"FAILED: {f}")
     print(f"runs in {out}")

@@ -28,12 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_a_small_run_survives_kills_in_every_phase_and_a_killed_trainer(tmp_path):
     """Lost Cities, 2 iterations, 1 worker: the batcher is SIGKILLed as each
     phase starts (in the push, while the push waits for its reply), the
-    worker as the traversal and the training start, the trainer is SIGKILLed after checkpoint 1
-    and resumed with --auto-resume. The run completes with every traversal
+    worker as the traversal, the training and the self-play stage start,
+    the trainer is SIGKILLed after checkpoint 1 and resumed with
+    --auto-resume (its self-play stage then takes the kills aimed at it). The run completes with every traversal
     committed once, the memories hold exactly the committed rows, nothing is
     left behind and every checkpoint loads (benchmarks.chaos.check)."""
     from benchmarks.chaos import PHASES, SMALL, run_chaos
-    aim = ",".join([f"batcher:{phase}" for phase in PHASES] + ["worker:traverse", "worker:train"])
+    aim = ",".join([f"batcher:{phase}" for phase in PHASES] + ["worker:traverse", "worker:train", "worker:self-play"])
     summary, failures, details = run_chaos(tmp_path, 2, 0.0, 0, ROOT / "configs" / "smoke.yaml",
                                            SMALL + ["service.workers=1", "train.traversals=16", "service.job_size=8",
                                                     "train.warm_start_games=4"],
@@ -44,8 +45,9 @@ def test_a_small_run_survives_kills_in_every_phase_and_a_killed_trainer(tmp_path
     # phase by phase: the batcher killed in each one, and its restart logged naming it
     first_trainer = details["kills"][0]["trainer"]
     for phase in PHASES:
+        # the self-play stage comes after the last iteration, in the resumed trainer
         kills = [k for k in details["kills"] if k["kill"] == "batcher" and k["phase"] == phase
-                 and k["trainer"] == first_trainer]
+                 and (k["trainer"] == first_trainer) == (phase != "self-play")]
         assert kills, f"no batcher kill landed in phase {phase}: {details['kills']}"
         assert details["restarted"].get(kills[0]["pid"]) == phase, \
             f"the batcher killed in {phase} was not restarted as of it:\n{log[-4000:]}"

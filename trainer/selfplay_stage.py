@@ -121,7 +121,8 @@ class SelfPlayStage:
             if more:
                 self._submit()           # the workers play the next wave while this one is learnt
             lr = scheduled_lr(s.lr, s.lr_hold_s, budget_s, elapsed)
-            last = self.tuner.learn(wave, returns, lr, version=self.version, tick=self._tick)
+            # the version served now (a batcher restart re-serves the weights under a higher one)
+            last = self.tuner.learn(wave, returns, lr, version=self.sup.served[SELFPLAY_MODEL][1], tick=self._tick)
             self._push()
             done += 1
             lags.append(last["version_lag"])

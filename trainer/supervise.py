@@ -119,14 +119,15 @@ class Supervisor:
         """Serve `module` (a CPU net the caller no longer changes) as
         `model_id` with the next version, which it returns; a batcher that
         restarts later gets it again."""
-        version = self.served.get(model_id, (None, 0))[1] + 1
-
         def push():
-            self.client.push_weights(model_id, module, version)
+            # a higher version at every attempt: a push to a batcher that was replaced may still reach the
+            # new one from the socket's queue
+            version = self.served.get(model_id, (None, 0))[1] + 1
             self.served[model_id] = (module, version)
+            self.client.push_weights(model_id, module, version)
 
         self.call(push)
-        return version
+        return self.served[model_id][1]
 
     def stats(self):
         """The batcher's stats, stamped with the local time of the reply (`taken_at`), for counter_growth."""
@@ -177,8 +178,9 @@ class Supervisor:
             current = int(pong.get("models", {}).get(str(p), -1))
             self.trainer.versions[p] = max(self.trainer.versions[p], current)
             self._push_one(p)
-        for model_id, (module, version) in self.served.items():
-            self.client.push_weights(model_id, module, version)
+        for model_id, (module, version) in list(self.served.items()):
+            self.served[model_id] = (module, version + 1)
+            self.client.push_weights(model_id, module, version + 1)
 
     def _on_wait(self):
         """Called by the client while a control call waits."""
