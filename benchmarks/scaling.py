@@ -1,5 +1,9 @@
 """Steady-state scaling: `python -m benchmarks.scaling --workers 1,2,4,8,16 --device auto`.
 
+`--stage selfplay` measures the self-play stage instead (games/s, what
+limits each point, the remote-worker share: benchmarks/stage_scaling.py);
+the default, `--stage cfr`, the traversals as follows.
+
 For each worker count N: a fresh batcher (the default Lost Cities network, or
 --hidden, or --null-forward) and N worker processes running the traversal of
 configs/lost_cities.yaml with an endless supply of traversals (`python -m
@@ -450,7 +454,13 @@ def plot(rows, path, title):
 def build_parser():
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--stage", choices=("cfr", "selfplay"), default="cfr",
+                    help="the stage measured: CFR's traversals (nodes/s), or self-play's games (benchmarks/stage_scaling.py)")
     ap.add_argument("--workers", default="1,2,4,8,16", help="worker process counts")
+    ap.add_argument("--agent", default="", help="--stage selfplay: a run or checkpoint whose strategy net plays")
+    ap.add_argument("--games", type=int, default=512, help="--stage selfplay: deals a wave")
+    ap.add_argument("--update-waves", type=int, default=3, help="--stage selfplay: timed PPO updates")
+    ap.add_argument("--update-threads", type=int, default=2, help="--stage selfplay: the update's torch threads")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--hidden", type=int, nargs="+", default=[512, 512, 512], help="network hidden sizes")
     ap.add_argument("--null-forward", action="store_true",
@@ -491,6 +501,10 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.stage == "selfplay":
+        from benchmarks.stage_scaling import selfplay_scaling
+        selfplay_scaling(args)
+        return
     TRAVERSAL_OVERRIDES.clear()
     TRAVERSAL_OVERRIDES.update(parse_overrides(args.set))
     if args.ceiling:

@@ -1,0 +1,199 @@
+"""Steady-state scaling of the self-play stage:
+`python -m benchmarks.scaling --stage selfplay --workers 1,2,4 [--agent RUN] [--hidden 256 256]`.
+
+For each worker count W: a fresh batcher, W worker processes (`python -m
+traverser --trainer ... --batcher ...`, as the trainer starts them) and the
+job server in this process. The served policy-value net is the agent's
+(--agent RUN: its strategy net, whose games are as long as a trained
+agent's) or a fresh one (--hidden), with the self-play critic beside it.
+Waves of --games deals are handed out back to back, one job per worker, as
+the stage hands them out; after --warmup-s, the games committed in a
+--window-s window give the point's games/s, which is what the workers and
+the batcher can play. The PPO update's own rate (games/s it learns, from
+--update-waves timed updates of a played wave on --update-threads torch
+threads) is measured once in the same run. Each point names its limit:
+the trainer's update where it learns fewer games/s than are played,
+otherwise the batcher where its forwards keep it busy over 85% of the
+window, otherwise the workers.
+
+The remote-worker share: one worker's games/s through the batcher over the
+same games played in this process by the same code (traverser.selfplay.
+play_local, the forward in this process, one torch thread), measured in
+the same run. On a box with too few cores for W workers, W x the share is
+the stage's reach, as the service ceiling reasons for CFR.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+LIMIT_BUSY = 0.85
+
+
+def _setup(args):
+    """(game, SelfPlay tuner, served module) for the benchmark's net."""
+    import engine
+    from batcher.networks import MLP
+    from trainer.selfplay import SelfPlay, SelfPlaySettings
+    if args.agent:
+        from agents.checkpoint import build_net, game_of, load_checkpoint
+        ckpt = load_checkpoint(args.agent)
+        game, net = game_of(ckpt), build_net(ckpt, "strategy")
+    else:
+        game = engine.load_game("lost_cities", max_turns=200, features=1)
+        torch.manual_seed(0)
+        net = MLP(game.information_state_tensor_size(), game.num_distinct_actions(), tuple(args.hidden),
+                  input_scale=game.input_scale())
+    tuner = SelfPlay(game, net, SelfPlaySettings(games=args.games, critic_waves=0), seed=0)
+    return game, tuner, tuner.served()
+
+
+def _collect(server, jobs, job_config, committed):
+    """Run one wave's jobs to the end; each committed job's games and decisions go to `committed`."""
+    def commit(job, decisions, ends):
+        committed.append((time.monotonic(), sum(len(c["game"]) for c in ends),
+                          sum(len(c["action"]) for c in decisions), decisions, ends))
+    server.run_phase(jobs, job_config, commit)
+
+
+def _wave_jobs(wave, games, workers):
+    from traverser.selfplay import wave_seeds
+    from trainer.jobs import Job
+    from trainer.selfplay_stage import SELFPLAY_MODEL
+    seeds = wave_seeds(0, wave, games)
+    ids = np.arange(games, dtype=np.int64)
+    return [Job(k, ids=ids[c], kind="selfplay", fields={"wave": wave, "model": SELFPLAY_MODEL},
+                arrays={"games": ids[c], "seeds": seeds[c]}, kinds=("decisions", "ends"))
+            for k, c in enumerate(np.array_split(np.arange(games), min(workers, games)))]
+
+
+def run_point(args, game, served, workers):
+    """One worker count: games/s and decisions/s played in the window, the batcher's busy fraction, and a wave."""
+    from batcher.bench import spawn_batcher
+    from batcher.client import BatcherClient
+    from trainer.jobs import JobServer
+    from trainer.launcher import local_endpoint, remove_local_endpoint
+    from trainer.selfplay_stage import SELFPLAY_MODEL
+    endpoint = local_endpoint("ipc")
+    py = sys.executable
+    batcher = spawn_batcher([py, "-m", "batcher", "--bind", endpoint, "--device", args.device, "--torch-threads",
+                             str(args.batcher_threads), "--max-batch", str(args.max_batch)], endpoint, cwd=ROOT)
+    server = JobServer("tcp://127.0.0.1:0", heartbeat_timeout_s=60)
+    procs = []
+    client = BatcherClient(endpoint, timeout_s=60)
+    try:
+        client.push_weights(SELFPLAY_MODEL, served, 1)
+        procs = [subprocess.Popen([py, "-m", "traverser", "--trainer", server.endpoint, "--batcher", endpoint,
+                                   "--machines", str(args.machines), "--groups", str(args.groups)], cwd=ROOT,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
+        job_config = {"game": {"name": game.name, "params": dict(game.params)}, "seed": 0}
+        committed, wave = [], 0
+        t0 = time.monotonic()
+        start, end = t0 + args.warmup_s, t0 + args.warmup_s + args.window_s
+        stats0 = None
+        while time.monotonic() < end:
+            if stats0 is None and time.monotonic() >= start:
+                stats0 = (time.monotonic(), client.stats())
+            _collect(server, _wave_jobs(wave, args.games, workers), job_config, committed)
+            wave += 1
+        t1, stats1 = time.monotonic(), client.stats()
+        if stats0 is None:
+            stats0 = (t1, stats1)
+        inside = [c for c in committed if start <= c[0] <= t1]
+        seconds = t1 - start
+        s0 = stats0[1] if stats0 else {"busy_fraction": 0.0, "uptime_s": 0.0}
+        busy = ((stats1["busy_fraction"] * stats1["uptime_s"] - s0["busy_fraction"] * s0["uptime_s"])
+                / max(stats1["uptime_s"] - s0["uptime_s"], 1e-9))
+        server.stop_workers()
+        return {"workers": workers, "games_per_s": sum(c[1] for c in inside) / seconds,
+                "decisions_per_s": sum(c[2] for c in inside) / seconds, "batcher_busy": busy,
+                "mean_batch": stats1.get("mean_batch", float("nan")), "waves": wave}, committed
+    finally:
+        client.close()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        batcher.kill()
+        batcher.wait()
+        server.close()
+        remove_local_endpoint(endpoint)
+
+
+def in_process_rate(game, served, games, seconds):
+    """Games/s of play_local on this process's one torch thread (the remote share's denominator)."""
+    from traverser.selfplay import play_local, wave_seeds
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        done, t0, wave = 0, time.monotonic(), 0
+        while time.monotonic() - t0 < seconds:
+            def forward(rows):
+                with torch.inference_mode():
+                    return served(torch.from_numpy(rows)).numpy()
+            done += play_local(game, forward, np.arange(games), wave_seeds(1, wave, games), lambda d, e: None,
+                               groups=1, slots=games)
+            wave += 1
+        return done / (time.monotonic() - t0)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def update_rate(tuner, committed, waves, threads):
+    """Games/s the PPO update learns: `waves` timed updates of a wave the workers played."""
+    # a whole wave: the last wave's jobs (committed in job order, so its games are the last ones)
+    games = tuner.settings.games
+    take, got = [], 0
+    for c in reversed(committed):
+        take.append(c)
+        got += c[1]
+        if got >= games:
+            break
+    decisions = [d for c in take for d in c[3]]
+    ends = [e for c in take for e in c[4]]
+    wave, returns = tuner.wave_from_chunks(decisions, ends)
+    torch.set_num_threads(threads)
+    t0 = time.monotonic()
+    for _ in range(waves):
+        tuner.learn(wave, returns, lr=tuner.settings.lr)
+    return games * waves / (time.monotonic() - t0), len(wave["action"])
+
+
+def selfplay_scaling(args):
+    game, tuner, served = _setup(args)
+    counts = [int(x) for x in args.workers.split(",")]
+    rows, committed = [], None
+    for w in counts:
+        r, committed_w = run_point(args, game, served, w)
+        rows.append(r)
+        committed = committed or committed_w
+        print(f"{w:3d} workers: {r['games_per_s']:8.1f} games/s ({r['decisions_per_s']:,.0f} decisions/s) played, "
+              f"batcher busy {r['batcher_busy']:.2f}, mean batch {r['mean_batch']:.0f}", flush=True)
+    upd, wave_decisions = update_rate(tuner, committed, args.update_waves, args.update_threads)
+    local = in_process_rate(game, served, args.games, args.window_s)
+    one = rows[0]["games_per_s"] / rows[0]["workers"]
+    for r in rows:
+        r["update_games_per_s"] = upd
+        r["scaling"] = r["games_per_s"] / (r["workers"] * one)
+        r["limit"] = ("the trainer's update" if upd < r["games_per_s"] else
+                      "the batcher" if r["batcher_busy"] > LIMIT_BUSY else "the workers")
+    share = rows[0]["games_per_s"] / rows[0]["workers"] / local
+    print(f"the update learns {upd:.1f} games/s ({args.update_threads} torch threads, {wave_decisions:,} decisions "
+          f"a wave of {args.games}); in this process one torch thread plays {local:.1f} games/s: remote-worker "
+          f"share {share:.2f}", flush=True)
+    for r in rows:
+        print(f"{r['workers']:3d} workers: stage {min(r['games_per_s'], upd):8.1f} games/s; scaling "
+              f"{r['scaling']:.2f} of W x one worker's; limit: {r['limit']}", flush=True)
+    meta = {"stage": "selfplay", "agent": args.agent, "hidden": None if args.agent else args.hidden,
+            "games": args.games, "device": args.device, "cpu_count": os.cpu_count(), "warmup_s": args.warmup_s,
+            "window_s": args.window_s, "in_process_games_per_s": local, "remote_share": share,
+            "loadavg_after": os.getloadavg()}
+    Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"wrote {args.out}.json")
+    return rows, meta
