@@ -50,9 +50,10 @@ annotate:           ## write `cython -a` HTML for every extension (engine/*.html
 check-nogil: annotate  ## fail if any nogil function has a Python-touching line (cython -a)
 	$(PYTHON) scripts/check_nogil.py
 
-lint: install       ## the import layers (lint-imports, pyproject.toml) and ruff's small rule set
+lint: install       ## the import layers (lint-imports, pyproject.toml), ruff's small rule set, and file lengths
 	$(PYTHON) -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
 	$(PYTHON) -m ruff check .
+	$(PYTHON) scripts/check_sizes.py
 
 test: install       ## run the test suite
 	$(PYTHON) -m pytest -q -n $(TEST_JOBS)

@@ -6,7 +6,10 @@
 
 Read-outs (agents.policy): the average policy (the strategy net, or the
 exact SD-CFR average), the current policy (regret matching on the advantage
-nets), and greedy variants of each.
+nets), and greedy variants of each. Without --policy it plays the read-out
+the docs' figures use (`default_read_out`): on Lost Cities the greedy
+average policy, on poker the exact SD-CFR average where the run kept one;
+the output names it on a line of its own.
 
 Kuhn and Leduc poker: exact exploitability, from our own best response over
 the engine (agents.exact), checked against OpenSpiel's
@@ -39,6 +42,30 @@ from agents.players import OPPONENTS, agent_from_spec, opponent_of
 from agents.policy import AveragePolicy, Policy, policy_from_checkpoint, policy_probs
 
 DEFAULT_OPPONENTS = ("random", "heuristic")
+READ_OUTS = {"average": "the average policy (the strategy net), sampled",
+             "average-greedy": "the greedy average policy (the strategy net's most likely move)",
+             "current": "the current policy (regret matching on the advantage nets), sampled",
+             "current-greedy": "the greedy current policy (regret matching on the advantage nets)",
+             "sdcfr": "the exact SD-CFR average policy",
+             "sdcfr-greedy": "the exact SD-CFR average policy's most likely move"}
+
+
+def default_read_out(ckpt, game_name):
+    """The read-out --policy auto plays, the one the docs' figures use: the
+    exact SD-CFR average where the checkpoint holds its sums (poker);
+    otherwise, on Lost Cities, the greedy average policy; otherwise (poker
+    without SD-CFR sums) the average policy, whose exploitability is the
+    net's own."""
+    if "sdcfr" in ckpt:
+        return "sdcfr"
+    return "average-greedy" if game_name == "lost_cities" else "average"
+
+
+def read_out_line(kind, chosen):
+    """The output's line naming the read-out `kind`; `chosen`: by default."""
+    how = ("the default, as in the docs' figures; --policy average plays the sampled policy" if chosen
+           else "as --policy asked")
+    return f"read-out: {kind}, {READ_OUTS.get(kind, kind)} ({how})"
 
 
 # --------------------------------------------------------------------------
@@ -200,9 +227,10 @@ def build_parser():
                     "duplicate-deal matches with 95% intervals for Lost Cities.")
     ap.add_argument("checkpoint", nargs="?", help="checkpoint file or run directory (its latest checkpoint)")
     ap.add_argument("--policy", default="auto",
-                    help="read-out: average (the strategy net), current (the advantage nets' regret "
+                    help="read-out: average (the strategy net, sampled), current (the advantage nets' regret "
                          "matching), sdcfr (the exact SD-CFR average), each optionally -greedy; "
-                         "default auto: sdcfr if the checkpoint holds it, else average")
+                         "default auto, the docs' figures' read-out: sdcfr if the checkpoint holds it, else "
+                         "average-greedy on Lost Cities and average on poker")
     ap.add_argument("--opponent", default="random,heuristic",
                     help="Lost Cities opponents, comma-separated, of: random, heuristic, cautious (a "
                          "second rule-based bot, never used in training), exploiter (a local best "
@@ -288,13 +316,15 @@ def main(argv=None):
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    kind = args.policy
-    if kind in ("auto", "network"):          # "network": the earlier name of "average"
-        kind = "sdcfr" if (kind == "auto" and "sdcfr" in ckpt) else "average"
-    if args.greedy and not kind.endswith("-greedy"):
-        kind += "-greedy"
+    kind = "average" if args.policy == "network" else args.policy     # "network": the earlier name of "average"
+    by_default = False
     try:
         game = game_of(ckpt)
+        if kind == "auto":
+            kind = default_read_out(ckpt, game.name)
+            by_default = not (args.greedy and not kind.endswith("-greedy"))
+        if args.greedy and not kind.endswith("-greedy"):
+            kind += "-greedy"
         policy = policy_from_checkpoint(ckpt, kind, seed=args.seed)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -341,7 +371,9 @@ def main(argv=None):
             print(f"error: --save-dir {args.save_dir}: {e.strerror or e}", file=sys.stderr)
             return 2
         print(f"saved {len(saved)} replays in {args.save_dir}", file=sys.stderr)
+    named = read_out_line(kind, by_default)
     if args.json:
+        print(named, file=sys.stderr)                 # stdout stays one JSON object
         print(json.dumps(_jsonable({"checkpoint": ckpt["path"], "iteration": ckpt.get("iteration"),
                                     "game": game.name, "policy": policy.name,
                                     **({"baseline": _side_name(baseline)} if baseline is not None else {}),
@@ -351,6 +383,7 @@ def main(argv=None):
         print(f"{ckpt['path']}  (game {game.name}, iteration {ckpt.get('iteration')}, policy {policy.name}"
               + (f", {agent.name} at {agent.ms_per_decision():.1f} ms per decision" if agent is not policy else "")
               + ")")
+        print(named)
         if baseline is not None:
             print(f"baseline {_side_name(baseline)}; diff_vs_*: agent minus baseline, per deal")
         print(format_table(metrics))

@@ -80,7 +80,7 @@ from engine._lc_search import race_values, search_values
 PLAYOUTS = ("heuristic", "random", "blueprint", "mixed")
 SCHEDULES = ("race", "halving", "plain")
 
-# The settings measured best (docs/benchmarks.md, learning table), which the
+# The settings measured best (docs/studies/2026-12-01-search-player.md), which the
 # CLIs and SearchPlayer use where none are given: 640 worlds of heuristic
 # playouts, raced. Without a net every legal move is a candidate (about 82%
 # against HeuristicBot, 18 ms of CPU a decision); with a trained blueprint its

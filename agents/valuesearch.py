@@ -19,13 +19,12 @@ The copies, redeals, moves and encodings are nogil C loops over a
 StateBatch; Python runs a few times a decision, and the net's forward is
 one batch of every leaf.
 
-benchmarks.lc_value plays it against HeuristicBot: a value net that has
+studies.lc_value plays it against HeuristicBot: a value net that has
 learned only the outcomes of the teacher's games picks moves by what
 followed them in those games (a wager played early goes with a strong hand
 there), which a lookahead turns into bad play; the lookahead teacher's own
 values of the moves it weighed (train.value_labels) label the
-moves it did not play too (docs/lost_cities_strength.md, "A learned
-value").
+moves it did not play too (docs/studies/2026-12-02-learned-value.md).
 """
 import hashlib
 

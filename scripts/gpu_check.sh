@@ -138,7 +138,7 @@ fi
 
 # train.augment_colours on the device: the renaming as tensors there, and training steps with and without it
 # (into bench.txt, to keep $OUT at 8 files)
-has augment && step bench 120 "$PY" -m benchmarks.lc_augment --device "$DEVICE" --games 50 --steps 200
+has augment && step bench 120 "$PY" -m studies.lc_augment --device "$DEVICE" --games 50 --steps 200
 
 # PPO self-play waves on the device in float32 and in bfloat16 (train.selfplay_autocast), from the train
 # step's agent (into bench.txt as well)

@@ -110,8 +110,8 @@ def test_a_run_pools_two_rounds_trains_fresh_nets_and_a_resume_reads_the_rounds_
     assert load_checkpoint(run_dir)["iteration"] == 2
 
 
-def test_the_benchmark_trains_a_fresh_net_per_label_mix_on_the_runs_own_split_and_plays_each(tmp_path, capsys):
-    from benchmarks import lc_exit
+def test_the_study_trains_a_fresh_net_per_label_mix_on_the_runs_own_split_and_plays_each(tmp_path, capsys):
+    from studies import lc_exit
     from trainer.config import config_from_dict
     from trainer.warmstart import exit_split_seed, hold_out_games, read_rows
     run_dir = tmp_path / "run"

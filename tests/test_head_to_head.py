@@ -249,6 +249,30 @@ def test_cli_bad_specs_are_one_line_errors(tmp_path):
         assert len(err.splitlines()) == 1 and named in err and "Traceback" not in err, (extra, err)
 
 
+def test_cli_plays_the_figures_read_out_unless_told_and_names_it(tmp_path):
+    """Without --policy a Lost Cities run plays the greedy average policy,
+    as every figure in the docs does, and its head-to-head opponents the
+    same read-out; --greedy is harmless, --policy average plays the sampled
+    policy. The output names the read-out on a line of its own."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _save_run(a, 1)
+    _save_run(b, 7)
+    for extra, kind, default in (([], "average-greedy", True), (["--greedy"], "average-greedy", True),
+                                 (["--policy", "average"], "average", False)):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            assert eval_main([str(a), "--games", "2", "--json", "--opponent", f"heuristic,run:{b}", *extra]) == 0
+        d = json.loads(out.getvalue())
+        assert d["policy"] == kind and f"vs_run:{b}_games" in d
+        named = [line for line in err.getvalue().splitlines() if line.startswith("read-out: ")]
+        assert len(named) == 1 and named[0].startswith(f"read-out: {kind}, ")
+        assert ("the default, as in the docs' figures" in named[0]) == default
+    r = _cli(str(a), "--games", "2", "--opponent", "random")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "policy average-greedy" in lines[0] and lines[1].startswith("read-out: average-greedy, the greedy average")
+
+
 # ---------------------------------------------------------------- the prior
 
 def test_warm_start_writes_the_prior_as_it_ends(tmp_path):

@@ -1,10 +1,11 @@
-"""The Lost Cities learning benchmarks run end to end on tiny sizes (their
-figures are benchmark output, not tested here)."""
+"""The Lost Cities studies (studies/) and the search's ceiling
+(benchmarks.lc_ceiling) run end to end on tiny sizes (their figures are
+their output, not tested here)."""
 import json
 
 import pytest
 
-from benchmarks import lc_imitation
+from studies import lc_imitation
 
 
 def test_imitation_benchmark_scores_both_encodings(tmp_path, capsys):
@@ -41,7 +42,7 @@ def test_imitation_benchmark_labels_once_with_a_cache(tmp_path):
 
 
 def test_augment_benchmark_times_both_ways(capsys):
-    from benchmarks import lc_augment
+    from studies import lc_augment
     assert lc_augment.main(["--games", "2", "--batch-size", "8", "--steps", "2", "--rounds", "1",
                             "--hidden", "8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -53,7 +54,7 @@ def test_losses_benchmark_pairs_each_game_with_its_mirror(capsys):
     """The heuristic as the agent plays the mirror's own games: every game's
     difference is its mirror's, each deal is won from exactly one seat (ties
     half each), and every loss is in a seat the mirror lost."""
-    from benchmarks import lc_losses
+    from studies import lc_losses
     assert lc_losses.main(["heuristic", "--deals", "20", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["games"] == 40 and out["diffs"] == out["mirror"]
@@ -68,7 +69,7 @@ def test_losses_benchmark_pairs_each_game_with_its_mirror(capsys):
 
 
 def test_losses_benchmark_takes_the_search_player(capsys):
-    from benchmarks import lc_losses
+    from studies import lc_losses
     assert lc_losses.main(["search:heuristic,worlds=4", "--deals", "2"]) == 0
     printed = capsys.readouterr().out
     assert "search:heuristic,worlds=4 vs heuristic, 4 games on 2 deals (seed 777)" in printed
@@ -89,7 +90,7 @@ def test_ceiling_benchmark_plays_every_oracle_on_the_same_deals(capsys):
 
 
 def test_value_benchmark_trains_one_net_per_label_choice_and_plays_each_as_a_lookahead(tmp_path, capsys):
-    from benchmarks import lc_value
+    from studies import lc_value
     cache = tmp_path / "games.npz"
     args = ["--games", "6", "--worlds", "4", "--steps", "50", "--hidden", "16", "--labels", "outcome", "both",
             "search", "--lookahead-games", "2", "--lookahead-worlds", "2", "--cache", str(cache), "--json"]

@@ -409,7 +409,7 @@ def test_evaluate_cli_save_games(tmp_path):
         assert len(mine) == 3
         for f in mine:
             rep = load_replay(f)
-            assert rep["header"]["iteration"] == 4 and rep["header"]["policy"] == "average"
+            assert rep["header"]["iteration"] == 4 and rep["header"]["policy"] == "average-greedy"   # the default
             assert rep["end"] is not None and not rep["end"]["abandoned"]
     assert metrics["vs_random_games"] == 4
     bad = subprocess.run([sys.executable, "-m", "agents.evaluate", str(run), "--games", "2", "--save-games", "-1"],

@@ -87,7 +87,8 @@ def test_summary_shows_each_opponent_with_its_intervals(metrics):
         assert "-12.3 [-15.0, -9.6]" in heuristic[0] and heuristic[0].endswith("(3 capped)")
         assert "current" not in text           # a second read-out's keys stay in metrics.jsonl
     assert "queries" not in text and "loss" not in text       # the full dump stays in metrics.jsonl
-    assert lines[-3:] == ["evaluate  python -m agents.evaluate 'runs/a b'",
+    assert lines[-3:] == ["evaluate  python -m agents.evaluate 'runs/a b' --opponent heuristic,cautious,random "
+                          "--games 2000 --seed 777 --jobs 2",
                           "plot      python -m trainer.plot 'runs/a b'",
                           "resume    python -m trainer --resume 'runs/a b' --set train.iterations=80"]
 
@@ -109,6 +110,7 @@ def test_summary_of_poker_and_of_many_opponents_and_of_nothing_to_do():
                                     "wall time 1h 02m 05s, leduc_poker")
     assert "  exploitability 0.01234 (OpenSpiel 0.01234; strategy net 0.05)" in text.splitlines()
     assert text.splitlines()[-1] == "resume    python -m trainer --resume r"       # the planned iterations remain
+    assert text.splitlines()[-3] == "evaluate  python -m agents.evaluate r"         # exploitability, as in-run
     many = {"iteration": 3, "wall_s": 5.0, **{f"vs_bot{i}_win_rate": 0.5 for i in range(20)}}
     smoke = load_config(ROOT / "configs" / "smoke.yaml", [])
     text = final_summary(many, "r", smoke, 1)
@@ -129,6 +131,15 @@ def test_summary_says_what_the_self_play_did_and_where_cfrs_agent_is():
     # a run whose self-play found no time left, or that had none, says nothing of it
     for none in ({**NEW_KEYS, "selfplay_waves": 0}, NEW_KEYS):
         assert "self-play" not in final_summary(none, "r", cfg, 1)
+
+
+def test_summary_judges_a_warm_started_run_against_its_prior_too(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "prior.pt").write_bytes(b"")
+    cfg = load_config(ROOT / "configs" / "quick.yaml", [])
+    evaluate = final_summary(NEW_KEYS, tmp_path, cfg, 1).splitlines()[-3]
+    assert evaluate == (f"evaluate  python -m agents.evaluate {tmp_path} --opponent heuristic,cautious,random,prior "
+                        "--games 2000 --seed 777 --jobs 2")
 
 
 def test_iteration_line_shows_the_advantage_nets_held_out_error_next_to_zeros():
@@ -165,7 +176,8 @@ def test_main_command_ends_with_the_short_summary(tmp_path):
     assert any(line.startswith("  vs heuristic  win rate ") and "margin" in line for line in tail)
     commands = {line.split()[0]: line.split(None, 1)[1] for line in tail[-4:]}
     assert commands["run"] == f"dir   {run_dir}  (every metric: {run_dir / 'metrics.jsonl'})"
-    assert commands["evaluate"] == f"python -m agents.evaluate {run_dir}"
+    assert commands["evaluate"] == (f"python -m agents.evaluate {run_dir} --opponent heuristic,cautious,random "
+                                    "--games 2000 --seed 777 --jobs 2")          # the figures' matches
     assert commands["plot"] == f"python -m trainer.plot {run_dir}"
     assert commands["resume"] == f"python -m trainer --resume {run_dir} --set train.iterations=2"
     # the commands work as printed (evaluate with fewer games, to stay quick)
@@ -174,7 +186,7 @@ def test_main_command_ends_with_the_short_summary(tmp_path):
     assert Path(args.resume) == run_dir and ck.latest_checkpoint(args.resume) is not None
     evaluate, plot = shlex.split(commands["evaluate"])[3:], shlex.split(commands["plot"])[3:]
     code = ("import sys; from agents.evaluate import main as e; from trainer.plot import main as p; "
-            f"sys.exit(e({evaluate + ['--games', '2', '--opponent', 'random']!r}) or p({plot!r}))")
+            f"sys.exit(e({evaluate + ['--games', '2', '--jobs', '1']!r}) or p({plot!r}))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
 

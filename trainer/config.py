@@ -111,7 +111,7 @@ class TrainSection:
     selfplay_budget_s: float = 0.0
     """Lost Cities: the last this-many seconds of the run fine-tune the strategy net (the agent) by PPO self-play (trainer/selfplay.py), after the last CFR iteration's strategy training and before the final evaluation and checkpoint (0 = none). With time_limit_s, CFR stops early enough to leave it, and it gets at most what is left of the limit. A resumed run's next strategy training starts again from the CFR memories, so resume only runs whose self-play is still to come."""
     selfplay_lr: float = 2e-4
-    """Adam learning rate of the self-play fine-tuning (trainer.selfplay.SelfPlaySettings.lr). At 5e-5 a wave moved the policy by a mean KL of under 0.001; 2e-4 gave more in the recipe's 22 minutes (docs/lost_cities_strength.md, "The self-play's learning rate")."""
+    """Adam learning rate of the self-play fine-tuning (trainer.selfplay.SelfPlaySettings.lr). At 5e-5 a wave moved the policy by a mean KL of under 0.001; 2e-4 gave more in the recipe's 22 minutes (docs/studies/2026-12-03-selfplay-lr.md)."""
     selfplay_lr_hold_s: float = -1.0
     """-1: the self-play's learning rate is selfplay_lr throughout. Otherwise it holds selfplay_lr for this many seconds of the stage and then falls linearly to 0 at the stage's end (trainer.selfplay.scheduled_lr); a stage no longer than this never decays, so a longer run keeps a shorter run's first seconds."""
     selfplay_checkpoint_s: float = 300.0

@@ -63,6 +63,10 @@ def opponent_results(m):
 
 
 SUMMARY_MAX_LINES = 12
+# How the docs' Lost Cities figures are judged (docs/lost_cities_strength.md,
+# "How strength is measured"): 2000 duplicate games a opponent, seed 777.
+FIGURES_OPPONENTS = "heuristic,cautious,random"
+FIGURES_MATCHES = "--games 2000 --seed 777 --jobs 2"
 
 
 def final_summary(metrics, run_dir, cfg, first_iteration):
@@ -94,10 +98,24 @@ def final_summary(metrics, run_dir, cfg, first_iteration):
         lines += note
     resume = f"python -m trainer --resume {run}" + (f" --set train.iterations={more}" if more != planned else "")
     lines += [f"run dir   {run_dir}  (every metric: {shlex.quote(str(Path(run_dir) / 'metrics.jsonl'))})",
-              f"evaluate  python -m agents.evaluate {run}",
+              f"evaluate  {evaluate_command(run_dir, cfg)}",
               f"plot      python -m trainer.plot {run}",
               f"resume    {resume}"]
     return "\n".join(lines)
+
+
+def evaluate_command(run_dir, cfg):
+    """The command that judges the run as the docs' figures are judged. Lost
+    Cities: agents.evaluate's default read-out (the greedy average policy)
+    against HeuristicBot, CautiousBot (never seen in training) and random,
+    and head to head against the run's warm-start prior if it has one.
+    Poker: the exact exploitability of the SD-CFR average or strategy net."""
+    run = shlex.quote(str(run_dir))
+    if cfg.game.name != "lost_cities":
+        return f"python -m agents.evaluate {run}"
+    from agents.checkpoint import PRIOR, checkpoint_dir
+    opponents = FIGURES_OPPONENTS + (",prior" if (checkpoint_dir(run_dir) / PRIOR).exists() else "")
+    return f"python -m agents.evaluate {run} --opponent {opponents} {FIGURES_MATCHES}"
 
 
 def _warm_start_line(m, cfg):

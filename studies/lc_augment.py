@@ -1,4 +1,4 @@
-"""What colour renaming costs a training step. `python -m benchmarks.lc_augment`
+"""What colour renaming costs a training step. `python -m studies.lc_augment`
 
 train.augment_colours renames every minibatch row's colours
 (trainer.symmetry.ColourAugment) before the step: in numpy when training on
@@ -20,14 +20,14 @@ import torch
 
 import engine
 from batcher.networks import net_for_game
-from benchmarks.lc_imitation import _Rows
+from studies.lc_imitation import _Rows
 from trainer.learn import strategy_loss, train_net
 from trainer.symmetry import ColourAugment
 from trainer.warmstart import heuristic_rows
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.lc_augment", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m studies.lc_augment", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--games", type=int, default=200)
     ap.add_argument("--batch-size", type=int, default=512)

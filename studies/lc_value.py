@@ -1,6 +1,6 @@
 """How well the value net predicts the outcome of Lost Cities games it has
 not seen, and what it is worth as a search's leaf value.
-`python -m benchmarks.lc_value [--games 300] [--worlds 64] [--explore 0.1] [--seed 1] [--procs 2]
+`python -m studies.lc_value [--games 300] [--worlds 64] [--explore 0.1] [--seed 1] [--procs 2]
                                [--steps 2000 ...] [--hidden 256,256 ...] [--labels outcome both search]
                                [--lookahead-games 200] [--lookahead-worlds 16]
                                [--batch 512] [--lr 1e-3] [--no-augment] [--cache PATH] [--json]`

@@ -1,4 +1,4 @@
-"""How noisy are Lost Cities regret targets? `python -m benchmarks.lc_targets`
+"""How noisy are Lost Cities regret targets? `python -m studies.lc_targets`
 
 The default traversal values each cutoff with one heuristic playout of the
 true deal. The heuristic is deterministic, so that value is a function of
@@ -83,7 +83,7 @@ def target_noise(values, ks=(1, 4, 16, 64), rng=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.lc_targets", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m studies.lc_targets", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--states", type=int, default=200, help="decision points (default 200)")
     ap.add_argument("--worlds", type=int, default=128, help="redeals of the hidden cards per point (default 128)")

@@ -1,6 +1,6 @@
 """How well can a net of the run's shape learn to play like its warm-start
 teacher, with and without the derived info-state segments?
-`python -m benchmarks.lc_imitation [--worlds 64 --explore 0.1]`
+`python -m studies.lc_imitation [--worlds 64 --explore 0.1]`
 
 The warm start trains the strategy net on labelled self-play, and the
 lasting prior keeps those rows in every batch, so the greedy average policy
@@ -89,7 +89,7 @@ def imitate(features, args):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.lc_imitation", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m studies.lc_imitation", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--games", type=int, default=2000, help="labelled self-play games to learn from")
     ap.add_argument("--test-games", type=int, default=200, help="other games whose decisions are scored")

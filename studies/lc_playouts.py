@@ -1,5 +1,5 @@
 """Heuristic playouts of Lost Cities from the deal, nogil through StateBatch:
-`python -m benchmarks.lc_playouts`. Prints the best of 5 CPU times of 2000
+`python -m studies.lc_playouts`. Prints the best of 5 CPU times of 2000
 playouts (HeuristicBot's rule, lc_heuristic_action, for both sides), then of
 the search player's race (engine._lc_search.race_values: every legal move,
 640 worlds' budget, z = 3) on 60 positions from heuristic games. To compare

@@ -1,5 +1,5 @@
 """Which labels should an expert-iteration round's fresh net learn?
-`python -m benchmarks.lc_exit RUN --teacher-share pool 0.5 0 --reference OTHER`
+`python -m studies.lc_exit RUN --teacher-share pool 0.5 0 --reference OTHER`
 
 RUN is a run with expert-iteration rounds (train.exit_rounds > 0): it keeps
 the warm start's labelled games (warm_start_rows.npz, the lookahead
@@ -99,7 +99,7 @@ def train_one(share, teacher, rounds, cfg, prior, steps, seed, lr_decay=False):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.lc_exit", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m studies.lc_exit", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="a run directory with expert-iteration rounds")
     ap.add_argument("--teacher-share", nargs="+", default=["pool", "0.5", "0"],

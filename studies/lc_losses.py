@@ -1,5 +1,5 @@
 """Where an agent's losses lie, deal by deal.
-`python -m benchmarks.lc_losses AGENT [--opponent heuristic] [--deals 1000] [--seed 777]`
+`python -m studies.lc_losses AGENT [--opponent heuristic] [--deals 1000] [--seed 777]`
 
 AGENT is a run directory or checkpoint (its greedy average policy),
 "search:SPEC" (the search player, as `agents.play search:SPEC`: a run
@@ -71,7 +71,7 @@ def where_losses_lie(game, agent, opponent, deals, seed):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.lc_losses", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m studies.lc_losses", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("agent")
     ap.add_argument("--opponent", default="heuristic", choices=["heuristic", "cautious"])
