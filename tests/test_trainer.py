@@ -413,9 +413,9 @@ def test_resume_continues_at_the_right_iteration_with_equal_memories(tmp_path, m
     at_save = {}
     original_save = Trainer.save
 
-    def save_and_remember(self, t):
+    def save_and_remember(self, t, selfplay=None):
         at_save[t] = (copy.deepcopy(self.adv_mem), copy.deepcopy(self.strat_mem), copy.deepcopy(self.sdcfr))
-        return original_save(self, t)
+        return original_save(self, t, selfplay)
 
     Trainer.save = save_and_remember
     try:

@@ -23,7 +23,6 @@ import torch
 import engine
 from batcher.networks import MLP
 from batcher.server import resolve_device
-from trainer import checkpoint as ck
 from trainer.config import config_to_dict
 from trainer.jobs import Job, JobLedger, JobServer, phase_config
 from trainer.learn import advantage_loss, held_out_error, strategy_loss, train_net
@@ -99,39 +98,8 @@ class Trainer:
                    tuple(self.cfg.network.hidden), input_scale=self.game.input_scale()).to(self.device)
 
     def _restore(self, ckpt):
-        for name, net in self.nets.items():
-            net.load_state_dict(ckpt["nets"][name])
-        for name, opt in self.optimizers.items():
-            if name in ckpt.get("optimizers", {}):
-                opt.load_state_dict(ckpt["optimizers"][name])
-        if self.value_net is not None:
-            if "value_net" not in ckpt:
-                raise ValueError(f"{ckpt['path']}: train.value_steps > 0 but the checkpoint holds no value net")
-            self.value_net.load_state_dict(ckpt["value_net"])
-            if "value" in ckpt.get("optimizers", {}):
-                self.value_optimizer.load_state_dict(ckpt["optimizers"]["value"])
-        rng = ckpt["rng"]
-        torch.set_rng_state(rng["torch"])
-        self.np_rng.bit_generator.state = json.loads(rng["numpy"])
-        random.setstate(_tuple_state(json.loads(rng["python"])))
-        self.versions = {int(k): int(v) for k, v in ckpt["versions"].items()}
-        self.counters = dict(ckpt["counters"])
-        self.spent_s = float(self.counters.get("wall_s", 0.0))
-        self.selfplay_state = ckpt.get("selfplay")
-        self.start_iteration = int(ckpt["iteration"]) + 1
-        if self.sdcfr is not None:
-            if "sdcfr" not in ckpt:
-                raise ValueError(f"{ckpt['path']}: train.average is sdcfr but the checkpoint holds no SD-CFR sums")
-            self.sdcfr.load_state_dict(ckpt["sdcfr"])
-        mem = ckpt.get("memories")
-        if mem:
-            arrays = np.load(Path(ckpt["path"]).parent / mem)
-            for p in (0, 1):
-                self.adv_mem[p].load_state_dict(arrays, f"adv{p}")
-            self.strat_mem.load_state_dict(arrays, "strategy")
-        else:
-            self.log("resuming without memories (run.save_memories was off): they start empty")
-        self.log(f"resumed from {ckpt['path']} at iteration {self.start_iteration}")
+        from trainer.state import restore
+        restore(self, ckpt)
 
     # ---- phases
     def _jobs(self, t, p, job_size):
@@ -453,44 +421,9 @@ class Trainer:
 
     # ---- checkpoint
     def save(self, t, selfplay=None):
-        """Checkpoint iteration t (selfplay: the self-play stage's state, or
-        {"done": True} once it ended); the counters carry the run's time."""
-        mem_name = None
-        self.counters["wall_s"] = time.monotonic() - self.t_start
-        d = ck.checkpoint_dir(self.run_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        if self.cfg.run.save_memories:
-            mem_name = f"iter_{t:06d}.memories.npz"
-            arrays = {**self.adv_mem[0].state_dict("adv0"), **self.adv_mem[1].state_dict("adv1"),
-                      **self.strat_mem.state_dict("strategy")}
-            ck.write_durably(d / mem_name, lambda f: np.savez(f, **arrays))
-        payload = {
-            "config": config_to_dict(self.cfg),
-            "nets": {k: {n: v.detach().cpu() for n, v in net.state_dict().items()} for k, net in self.nets.items()},
-            "net_spec": self.nets["strategy"].spec(),
-            "optimizers": {k: opt.state_dict() for k, opt in self.optimizers.items()},
-            **self._value_payload(),
-            "rng": {"torch": torch.get_rng_state(), "numpy": json.dumps(self.np_rng.bit_generator.state),
-                    "python": json.dumps(random.getstate())},
-            "versions": {str(k): v for k, v in self.versions.items()},
-            "counters": dict(self.counters),
-            "memories": mem_name,
-        }
-        if self.value_net is not None:
-            payload["optimizers"]["value"] = self.value_optimizer.state_dict()
-        if self.sdcfr is not None:
-            payload["sdcfr"] = self.sdcfr.state_dict()
-        if selfplay is not None:
-            payload["selfplay"] = selfplay
-        return ck.save_checkpoint(self.run_dir, t, payload)
-
-    def _value_payload(self):
-        """The value net's checkpoint keys, value_net (its state dict) and
-        value_spec; none without one (save() adds its optimizer to "optimizers")."""
-        if self.value_net is None:
-            return {}
-        return {"value_net": {n: v.detach().cpu() for n, v in self.value_net.state_dict().items()},
-                "value_spec": self.value_net.spec()}
+        """Checkpoint iteration t (trainer/state.py); selfplay: the self-play stage's state, or {"done": True}."""
+        from trainer.state import save
+        return save(self, t, selfplay)
 
     # ---- main
     def run(self):
@@ -654,9 +587,3 @@ def _ordered(chunks):
 
 
 HELD_OUT_ROWS = 4096        # new advantage samples per phase scored before the net trains on them
-
-
-def _tuple_state(x):
-    if isinstance(x, list):
-        return tuple(_tuple_state(v) for v in x)
-    return x
