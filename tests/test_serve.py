@@ -323,7 +323,7 @@ def test_command_line_errors_are_one_line(tmp_path, args, fragment):
 
 # ---------------------------------------------------------------- in a real browser
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
 READ_PAGE = """() => {
   const cards = sel => [...document.querySelectorAll(sel)].map(e => e.dataset.card);
