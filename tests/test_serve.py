@@ -39,6 +39,7 @@ class Server:
     """`python -m agents.serve ARGS` on a free port, replays under tmp_path."""
 
     def __init__(self, tmp_path, *args):
+        tmp_path.mkdir(parents=True, exist_ok=True)
         self.replays = tmp_path / "replays"
         self.proc = subprocess.Popen([sys.executable, "-m", "agents.serve", *map(str, args),
                                       "--replay-dir", str(self.replays)],
@@ -299,6 +300,57 @@ def test_abandoned_games_are_saved_as_such(tmp_path):
     ends = [load_replay(p)["end"] for p in files]
     assert [e["abandoned"] for e in ends] == [True, True]
     assert [len(load_replay(p)["moves"]) for p in files] == [1, 1]
+
+
+def test_a_trained_run_and_the_search_player_answer_too(tmp_path):
+    """The other opponents of agents.play's make_agent: a run's policy (its
+    probabilities in the replay) and the search player, opening as seat 0."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_play import _save_lc_checkpoint
+    _save_lc_checkpoint(tmp_path / "myrun", dict(max_turns=60))
+    for i, (spec, name) in enumerate(((tmp_path / "myrun", "myrun (average, iteration 7)"),
+                                      ("search:heuristic,worlds=4", None))):
+        s = Server(tmp_path / f"server{i}", spec)
+        try:
+            status, view = s.request("POST", "/api/new", {"seat": 1, "seed": 9})
+            assert status == 200 and len(view["reply"]) == 2 and view["to_move"] == "you"
+            assert name is None or view["names"] == [name, "you"]
+            status, view = s.move(view["game"], view["legal"][0])
+            assert status == 200 and len(view["reply"]) in (0, 2)
+            path = _replay_file(s, view["game"])
+        finally:
+            code, err = s.stop()
+        assert code == 0 and "Traceback" not in err, err
+        rep = load_replay(path)          # its end line written as the server stopped
+        agent = [m for m in rep["moves"] if m["player"] == 0]
+        assert agent and all(sum(p for _, _, p in m["probs"]) == pytest.approx(1.0, abs=1e-5) for m in agent)
+        assert rep["end"]["abandoned"] is True
+
+
+def test_past_max_games_the_least_recently_used_is_closed(tmp_path):
+    from agents.play import make_agent
+    from agents.serve import PlayServer
+    server = PlayServer(("127.0.0.1", 0), make_agent("heuristic"), tmp_path, max_games=2)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        def call(method, path, body=None):
+            c = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
+            c.request(method, path, body=None if body is None else json.dumps(body))
+            r = c.getresponse()
+            out = r.status, json.loads(r.read())
+            c.close()
+            return out
+
+        a, b = (call("POST", "/api/new", {"seed": k})[1]["game"] for k in (1, 2))
+        assert call("GET", f"/api/game/{a}")[0] == 200          # a is now used more recently than b
+        call("POST", "/api/new", {"seed": 3})
+        assert call("GET", f"/api/game/{b}")[0] == 404 and call("GET", f"/api/game/{a}")[0] == 200
+        ends = {load_replay(p)["header"]["seed"]: load_replay(p)["end"] for p in tmp_path.glob("*.jsonl")}
+        assert ends[2]["abandoned"] is True and ends[1] is None and ends[3] is None
+    finally:
+        server.shutdown()
+        server.server_close()
+        server.close_tables()
 
 
 @pytest.mark.parametrize("args, fragment", [
