@@ -259,7 +259,7 @@ class Handler(BaseHTTPRequestHandler):
     """One request: route, read the JSON body, answer JSON (or the page)."""
 
     server_version = "lost-cities-serve"
-    error_content_type = "application/json"
+    timeout = 30              # seconds a client may take to send its request
 
     # ---- answers
     def _send(self, status, body, content_type):
@@ -294,12 +294,16 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding"):
             raise RequestError(411, "send the body with a Content-Length, not chunked")
         length = self.headers.get("Content-Length", "0")
-        if not length.isdigit():
+        if not (length.isascii() and length.isdigit()):
             raise RequestError(400, f"bad Content-Length {length!r}")
         if int(length) > MAX_BODY:
             self.close_connection = True
             raise RequestError(413, f"the body is {length} bytes; at most {MAX_BODY}")
-        raw = self.rfile.read(int(length))
+        try:
+            raw = self.rfile.read(int(length))
+        except TimeoutError:
+            self.close_connection = True
+            raise RequestError(408, f"the body did not arrive within {self.timeout} s") from None
         if len(raw) < int(length):
             raise RequestError(400, "the body ended before its Content-Length")
         if not raw.strip():
@@ -327,6 +331,8 @@ class Handler(BaseHTTPRequestHandler):
                                      abandon)
             with table.lock:
                 return self._json(200, table.view())
+        if path == "/api/new":
+            raise RequestError(405, f"/api/new takes POST, not {method}")
         m = re.fullmatch(r"/api/game/([^/]+)(/move)?", path) or re.fullmatch(r"/replay/([^/]+?)(\.jsonl)?", path)
         if m is None:
             raise RequestError(404, f"no such page {path!r}")

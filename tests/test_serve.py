@@ -219,6 +219,8 @@ def test_malformed_requests_get_a_4xx_with_a_reason(server):
         ("POST", move, b'{"move": "draw deck", "x": 1}', None, 400, "unknown field 'x'"),
         ("POST", move, b"x" * 5000, None, 413, "at most 4096"),
         ("POST", move, b"{}", {"Content-Length": "-3"}, 400, "bad Content-Length"),
+        ("POST", move, b"{}", {"Content-Length": "\u00b2"}, 400, "bad Content-Length"),
+        ("GET", "/api/new", None, None, 405, "takes POST"),
         ("POST", "/api/new", b'{"seat": 2}', None, 400, "seat must be a whole number 0..1"),
         ("POST", "/api/new", b'{"seat": true}', None, 400, "seat must be"),
         ("POST", "/api/new", b'{"seed": -1}', None, 400, "seed must be a whole number"),
