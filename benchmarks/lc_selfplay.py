@@ -40,7 +40,7 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=600.0, help="seconds of self-play (default 600)")
     ap.add_argument("--waves", type=int, default=None, help="stop after this many waves instead")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads of the update (0: train.selfplay_threads of the run, auto by default)")
     ap.add_argument("--device", default="cpu", help="where the nets' forwards and updates run: cpu, cuda[:N] or auto")
     ap.add_argument("--eval-games", type=int, default=0, help="duplicate games per evaluation afterwards (0: none)")
     ap.add_argument("--eval-seed", type=int, default=777)
@@ -108,7 +108,7 @@ def service_trainer(ckpt, args):
     apply_overrides(cfg, [f"service.workers={args.workers}", f"train.device={args.device}",
                           "train.selfplay_budget_s=0", "train.time_limit_s=0", "run.tensorboard=false"])
     if args.threads > 0:
-        apply_overrides(cfg, [f"train.torch_threads={args.threads}"])
+        apply_overrides(cfg, [f"train.torch_threads={args.threads}", f"train.selfplay_threads={args.threads}"])
     run_dir = args.run_dir or tempfile.mkdtemp(prefix="lc_selfplay_")
     trainer = Trainer(cfg, run_dir, log=lambda line: print(line, flush=True))
     for name, net in trainer.nets.items():

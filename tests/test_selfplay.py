@@ -41,7 +41,7 @@ def test_a_wave_is_whole_games_of_legal_moves_with_the_served_nets_log_probabili
             np.testing.assert_array_equal(wave["mask"][i], np.asarray(state.legal_actions_mask(), bool))
             a = int(wave["action"][i])
             assert a in state.legal_actions()
-            x = torch.from_numpy(wave["info"][i:i + 1])
+            x = torch.from_numpy(wave["info"][i:i + 1]).float()
             with torch.no_grad():
                 lp = masked_log_softmax(net(x), torch.from_numpy(wave["mask"][i:i + 1]))[0, a]
                 value = served(x)[0, -1]
@@ -117,7 +117,7 @@ def test_a_ppo_step_moves_probability_toward_the_move_that_scored(autocast):
 
     def logp():
         with torch.no_grad():
-            lp = tuner.log_probs(torch.from_numpy(wave["info"][rows]), torch.from_numpy(wave["mask"][rows]))
+            lp = tuner.log_probs(torch.from_numpy(wave["info"][rows]).float(), torch.from_numpy(wave["mask"][rows]))
         return float(lp[0, wave["action"][i]])
 
     before = logp()
@@ -176,7 +176,7 @@ def test_ppo_ratio_divides_by_the_recorded_behaviour_probability_under_a_version
     with torch.no_grad():
         for p in net.parameters():
             p.add_(0.05 * torch.randn_like(p))                   # two updates later
-        x, mask = torch.from_numpy(wave["info"]), torch.from_numpy(wave["mask"])
+        x, mask = torch.from_numpy(wave["info"]).float(), torch.from_numpy(wave["mask"])
         now = masked_log_softmax(net(x), mask).gather(1, torch.from_numpy(wave["action"])[:, None])[:, 0].numpy()
     by_hand = float(np.mean(wave["logp"] - now))
     assert abs(by_hand) > 1e-3                                   # the lag is visible

@@ -114,6 +114,8 @@ class TrainSection:
     """Adam learning rate of the self-play fine-tuning (trainer.selfplay.SelfPlaySettings.lr). At 5e-5 a wave moved the policy by a mean KL of under 0.001; 2e-4 gave more in the recipe's 22 minutes (docs/studies/2026-12-03-selfplay-lr.md)."""
     selfplay_lr_hold_s: float = -1.0
     """-1: the self-play's learning rate is selfplay_lr throughout. Otherwise it holds selfplay_lr for this many seconds of the stage and then falls linearly to 0 at the stage's end (trainer.selfplay.scheduled_lr); a stage no longer than this never decays, so a longer run keeps a shorter run's first seconds."""
+    selfplay_threads: int = 0
+    """torch CPU threads of the self-play update, which runs while the local workers and the batcher play the next wave beside it. 0: the cores less the local workers and the embedded batcher's threads, at least 1 (1 on the 2-core box with one worker): more threads than cores left make the update's threads spin against the players (8 policy waves took 26.6 s with 2 threads against 11.1 s with 1 on the 2-core box, 2026-12-06, benchmarks.lc_selfplay --threads)."""
     selfplay_checkpoint_s: float = 300.0
     """A checkpoint every this many seconds of the self-play stage (0: only at its end), holding the strategy net, the critic and both optimisers: a run killed in the stage resumes it there (--resume, --auto-resume), and the stage's budget and the time limit count the time the run had spent."""
     selfplay_games: int = 512
@@ -381,6 +383,7 @@ def validate(cfg):
         ("train.selfplay_lr_hold_s", cfg.train.selfplay_lr_hold_s == -1
          or (math.isfinite(cfg.train.selfplay_lr_hold_s) and cfg.train.selfplay_lr_hold_s >= 0)),
         ("train.selfplay_games", cfg.train.selfplay_games >= 1),
+        ("train.selfplay_threads", cfg.train.selfplay_threads >= 0),
         ("train.selfplay_checkpoint_s", math.isfinite(cfg.train.selfplay_checkpoint_s)
          and cfg.train.selfplay_checkpoint_s >= 0),
         ("train.selfplay_epochs", cfg.train.selfplay_epochs >= 1),

@@ -231,9 +231,10 @@ class SelfPlay:
         """(wave, returns) of a wave's played games from the workers' chunks
         (traverser.selfplay: decision records and game-end records, games
         numbered 0..G-1 within the wave): the decisions in step order (by
-        ply, then game), info float32 [N, T], mask bool, action int64, logp
-        and value float32 (as answered in play), version int32, player int8,
-        row (the game), step (its ply); returns float64 [G, 2] in points.
+        ply, then game), info [N, T] as it travelled (uint8 for Lost Cities;
+        the update casts each minibatch), mask bool, action int64, logp and
+        value float32 (as answered in play), version int32, player int8, row
+        (the game), step (its ply); returns float64 [G, 2] in points.
         Raises ValueError when a game's records are not whole: every game
         ended once, and its decisions are its plies 0..d-1."""
         d = {k: np.concatenate([c[k] for c in decisions]) for k in decisions[0]} if decisions else None
@@ -255,7 +256,7 @@ class SelfPlay:
             raise ValueError("a self-play wave's decisions do not match its games' plies")
         returns = np.zeros((games, 2), np.float64)
         returns[e["game"]] = e["returns"]
-        wave = {"info": d["info"].astype(np.float32), "mask": d["mask"].astype(bool),
+        wave = {"info": d["info"], "mask": d["mask"].astype(bool),
                 "action": d["action"].astype(np.int64), "logp": d["logp"].astype(np.float32),
                 "value": d["value"].astype(np.float32), "version": d["version"].astype(np.int32),
                 "player": d["player"].astype(np.int8), "row": d["game"].astype(np.int64),
@@ -337,7 +338,8 @@ class SelfPlay:
                 if tick is not None:
                     tick()
                 j = perm[i:i + s.minibatch]
-                v = self.forward(self.critic, info[j])[:, 0]
+                x = info[j].float()                 # the wave's rows stay in their wire dtype (uint8) till here
+                v = self.forward(self.critic, x)[:, 0]
                 closs = ((v - tgt[j]) ** 2).mean()
                 self.critic_opt.zero_grad(set_to_none=True)
                 closs.backward()
@@ -347,7 +349,7 @@ class SelfPlay:
                 stats["critic_mse"].append(float(closs.detach()))
                 if not policy:
                     continue
-                logp_all = self.log_probs(info[j], mask[j])
+                logp_all = self.log_probs(x, mask[j])
                 logp = logp_all.gather(1, act[j][:, None])[:, 0]
                 ratio = torch.exp(logp - old[j])
                 a = nadv[j]

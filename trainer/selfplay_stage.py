@@ -159,6 +159,32 @@ def wave_line(m, games, elapsed):
     return "; ".join(parts)
 
 
+def update_threads(cfg):
+    """The self-play update's torch threads (train.selfplay_threads; 0: the
+    cores less the local workers and the embedded batcher's threads, at least 1)."""
+    import os
+    if cfg.train.selfplay_threads > 0:
+        return cfg.train.selfplay_threads
+    batcher = 0 if cfg.service.batcher else max(1, cfg.service.batcher_threads)
+    return max(1, (os.cpu_count() or 1) - cfg.service.workers * max(1, cfg.service.worker_threads) - batcher)
+
+
+class _Threads:
+    """torch's CPU threads set to n inside the block, as they were after it."""
+
+    def __init__(self, n):
+        self.n, self.before = n, None
+
+    def __enter__(self):
+        import torch
+        self.before = torch.get_num_threads()
+        torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        import torch
+        torch.set_num_threads(self.before)
+
+
 def run_in_trainer(trainer, t, server, sup, job_config):
     """The run's self-play stage after CFR's last iteration t (trainer: a
     trainer.loop.Trainer) for train.selfplay_budget_s, or what is left of
@@ -189,16 +215,18 @@ def run_in_trainer(trainer, t, server, sup, job_config):
     if resumed:
         tuner.load_state(resumed)
         log(f"self-play: resumed at wave {tuner.waves}, {resumed['elapsed_s']:.0f} s of {budget:.0f} s spent")
-    log(f"self-play: the update in {tuner.precision()} (train.selfplay_autocast: {tr.selfplay_autocast}); "
-        f"the games on the workers, their forwards on the batcher")
+    threads = update_threads(trainer.cfg)
+    log(f"self-play: the update in {tuner.precision()} (train.selfplay_autocast: {tr.selfplay_autocast}) on "
+        f"{threads} torch thread(s); the games on the workers, their forwards on the batcher")
     stage = SelfPlayStage(tuner, server, sup, job_config, trainer.cfg.run.seed,
                           workers=trainer.cfg.service.workers or server.live_workers(), ledger=trainer.ledger,
                           log=log, checkpoint=lambda state: log(f"checkpoint {trainer.save(t, selfplay=state)}"),
                           checkpoint_s=tr.selfplay_checkpoint_s)
     bar = trainer._bar(desc=f"self-play: PPO on the strategy net ({tr.selfplay_games} games a wave)", unit="wave",
                        budget_s=budget - resumed.get("elapsed_s", 0.0))
-    stats = stage.run(budget_s=budget, progress=None if bar is None else bar.update,
-                      start_s=resumed.get("elapsed_s", 0.0))
+    with _Threads(threads):
+        stats = stage.run(budget_s=budget, progress=None if bar is None else bar.update,
+                          start_s=resumed.get("elapsed_s", 0.0))
     if bar is not None:
         bar.close()
     log(f"self-play: {stats['selfplay_games']} games ({stats['selfplay_waves']} waves) in {stats['selfplay_s']:.0f} s, "
@@ -226,9 +254,11 @@ def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
         workers = cfg.service.workers or server.live_workers()
         stage = SelfPlayStage(tuner, server, sup, phase_config(cfg), seed, workers=workers, ledger=ledger,
                               log=trainer.log)
+        threads = update_threads(cfg)
         trainer.log(f"self-play on {workers} worker(s) and the batcher at {sup.services.batcher_endpoint}; "
-                    f"the update in {tuner.precision()}")
-        return stage.run(budget_s=budget_s, waves=waves)
+                    f"the update in {tuner.precision()} on {threads} torch thread(s)")
+        with _Threads(threads):
+            return stage.run(budget_s=budget_s, waves=waves)
     finally:
         if sup is not None:
             sup.close()
