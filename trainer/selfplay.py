@@ -1,8 +1,8 @@
-"""Self-play policy-gradient fine-tuning of a strategy net (PPO), for games
-with a StateBatch (Lost Cities).
+"""Self-play policy-gradient fine-tuning of a strategy net (PPO): the learner.
 
     tuner = SelfPlay(game, strategy_net, SelfPlaySettings(lr=2e-4), seed=0)
-    stats = tuner.run(budget_s=600, log=print)     # waves until the budget is spent
+    wave, returns = tuner.wave_from_chunks(decisions, ends)   # the workers' records of a wave
+    stats = tuner.learn(wave, returns, lr=2e-4, version=v)
     python -m benchmarks.lc_selfplay RUN --budget-s 600 --out tuned.pt
 
 The strategy net is the agent (its greedy read-out is what is judged); after
@@ -10,38 +10,37 @@ the warm start it imitates a search teacher and cannot play better than the
 teacher's heuristic playouts value its moves. Here it plays itself and learns
 from the outcomes instead:
 
-  1. a wave: `games` deals played to the end in one StateBatch, both seats
-     sampled from the current net, one batched forward per seat per step
-     (the moves, encodings and the deals' bookkeeping are nogil C loops in
-     engine._batch; Python runs once per step of the whole wave);
+  1. a wave: `games` deals played to the end by the workers
+     (trainer/selfplay_stage.py hands them out; traverser/_selfplay.pyx
+     plays them in nogil C), both seats sampled from the served policy,
+     each decision recorded with its behaviour log-probability, the critic's
+     value and the weights version (served(): the strategy net and the
+     critic as one module, answered in one forward by the batcher);
   2. each decision's return is the final score difference for the player
-     who made it, times `value_scale`; a critic (an MLP on the same info
-     state, trained alongside) gives V(s), and the advantage is GAE(lambda)
-     along that player's own decisions (no reward before the end);
+     who made it, times `value_scale`; the critic (an MLP on the same info
+     state, trained alongside) gives V(s) as recorded in play, and the
+     advantage is GAE(lambda) along that player's own decisions (no reward
+     before the end);
   3. `epochs` passes of clipped-ratio PPO over the wave in minibatches, the
-     advantages normalised per wave; an epoch stops early once the mean KL
-     from the wave's policy exceeds `target_kl`. The strategy net's Adam
-     rate is `lr`; with `lr_hold_s` it holds that long into the budget and
-     then falls linearly to 0 at its end (scheduled_lr).
+     advantages normalised per wave, the ratio taken against the recorded
+     behaviour probability (exact when the wave was played on older
+     weights); an epoch stops early once the mean KL estimate exceeds
+     `target_kl`. The strategy net's Adam rate is what the stage passes,
+     scheduled_lr: `lr`, or with `lr_hold_s` held that long and then
+     falling linearly to 0 at the budget's end.
 
 The first `critic_waves` waves train only the critic, so that the first
 policy steps see a baseline and not the raw, noisy returns.
 
-Every forward of both nets (playing, the critic's values, the update) runs
-in one precision, `autocast`: bfloat16 matrix products with float32 weights,
-optimiser state and losses ("bf16"), or float32 ("none"); "auto" picks bf16
-where the device multiplies bfloat16 in hardware (bf16_is_native). One
-precision throughout keeps the log-probabilities recorded in play equal to
-the ones the update's ratios start from. On a CPU with AVX512-BF16 the
-update, most of a wave's time, runs about twice as fast.
+The update's forwards run in one precision, `autocast`: bfloat16 matrix
+products with float32 weights, optimiser state and losses ("bf16"), or
+float32 ("none"); "auto" picks bf16 where the device multiplies bfloat16 in
+hardware (bf16_is_native). The batcher's forwards in play are its own
+(service.autocast); the ratio divides by what play recorded either way.
 
-`train.selfplay_budget_s` runs it as a run's last stage
-(trainer/loop.py); benchmarks.lc_selfplay runs it on a saved agent. The
-one-hour CPU recipe (configs/lost_cities_cpu.yaml) ends with 22 minutes of
-it, on the time that labelling on both cores saves; taken from the labels
-instead, its minutes did not make up for them, and after configs/quick.yaml's
-CFR ten minutes of it added nothing measurable
-(docs/lost_cities_strength.md, "Self-play policy gradient").
+`train.selfplay_budget_s` runs the stage as a run's last
+(trainer/selfplay_stage.py); benchmarks.lc_selfplay runs it on a saved agent
+through the same path (docs/lost_cities_strength.md).
 """
 import copy
 import os
