@@ -5,8 +5,9 @@
 # measures the steady-state worker scaling curve with the default Lost
 # Cities network, trains a few iterations of configs/lost_cities.yaml on the
 # GPU, measures the batcher and the service's own ceiling, and times colour
-# renaming on the GPU against plain training steps, and times PPO self-play
-# waves in float32 against bfloat16. Two more steps, not in the default
+# renaming on the GPU against plain training steps, times PPO self-play
+# waves in float32 against bfloat16 on the service, and measures the
+# self-play stage's games/s with 1 and STAGE_WORKERS (12,15) workers. Two more steps, not in the default
 # list: `cutoffs` (traverser.bench --cutoffs with the forwards on the
 # device: a worker's CPU a node with value cutoffs against playout cutoffs)
 # and `recipe` (configs/lost_cities.yaml with every phase budgeted by wall
@@ -40,7 +41,8 @@ WORKERS=${WORKERS:-1,4,8,12,15}
 QUICK=${QUICK:-0}
 PY=${PYTHON:-python3}
 TRAIN_WORKERS=${TRAIN_WORKERS:-12}
-STEPS=${STEPS:-tests scaling train bench ceiling augment selfplay}      # the build always runs
+STEPS=${STEPS:-tests scaling train bench ceiling augment selfplay stages}      # the build always runs
+STAGE_WORKERS=${STAGE_WORKERS:-12,15}
 TESTS=${TESTS:-tests/test_batcher.py tests/test_batcher_robustness.py tests/test_trainer.py tests/test_memory.py tests/test_symmetry.py}
 FIF=${FIF:-default}
 ADV=${ADV:-float32}
@@ -144,7 +146,17 @@ has augment && step bench 120 "$PY" -m studies.lc_augment --device "$DEVICE" --g
 # step's agent (into bench.txt as well)
 if has selfplay && has train; then
     sp=(); [ "$QUICK" = 1 ] && sp=(--games 16 --critic-waves 1)
-    step bench 240 "$PY" -m benchmarks.lc_selfplay /tmp/gpu_check_run --speed-waves 4 --device "$DEVICE" "${sp[@]}"
+    step bench 240 "$PY" -m benchmarks.lc_selfplay /tmp/gpu_check_run --speed-waves 4 --device "$DEVICE" \
+        --workers "$TRAIN_WORKERS" "${sp[@]}"
+fi
+
+# the self-play stage on the service at steady state: games/s played by 1 and by STAGE_WORKERS workers
+# through the batcher on the device, the update's own rate on the device, and what limits each point
+# (into scaling.txt)
+if has stages && has train; then
+    sg=(--games 2048 --warmup-s 5 --window-s 15); [ "$QUICK" = 1 ] && sg=(--games 64 --warmup-s 2 --window-s 4)
+    step scaling 300 "$PY" -m benchmarks.scaling --stage selfplay --workers "1,$STAGE_WORKERS" --agent /tmp/gpu_check_run \
+        --device "$DEVICE" --out /tmp/gpu_check_stage_selfplay "${sg[@]}"
 fi
 
 # the GPU recipe in RECIPE_S seconds, every phase by wall clock: labels on every core for a third, the
