@@ -78,12 +78,13 @@ def run_point(args, game, served, workers):
     from batcher.bench import spawn_batcher
     from batcher.client import BatcherClient
     from trainer.jobs import JobServer
-    from trainer.launcher import local_endpoint, remove_local_endpoint
+    from trainer.launcher import _die_with_parent, local_endpoint, remove_local_endpoint
     from trainer.selfplay_stage import SELFPLAY_MODEL
     endpoint = local_endpoint("ipc")
     py = sys.executable
     batcher = spawn_batcher([py, "-m", "batcher", "--bind", endpoint, "--device", args.device, "--torch-threads",
-                             str(args.batcher_threads), "--max-batch", str(args.max_batch)], endpoint, cwd=ROOT)
+                             str(args.batcher_threads), "--max-batch", str(args.max_batch)], endpoint, cwd=ROOT,
+                            preexec_fn=_die_with_parent)      # a killed benchmark leaves no child behind
     server = JobServer("tcp://127.0.0.1:0", heartbeat_timeout_s=60)
     procs = []
     client = BatcherClient(endpoint, timeout_s=60)
@@ -91,7 +92,8 @@ def run_point(args, game, served, workers):
         client.push_weights(SELFPLAY_MODEL, served, 1)
         procs = [subprocess.Popen([py, "-m", "traverser", "--trainer", server.endpoint, "--batcher", endpoint,
                                    "--machines", str(args.machines), "--groups", str(args.groups)], cwd=ROOT,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                 for _ in range(workers)]
         job_config = {"game": {"name": game.name, "params": dict(game.params)}, "seed": 0}
         committed, wave = [], 0
         t0 = time.monotonic()
