@@ -361,6 +361,22 @@ def test_scaling_benchmark_smoke(tmp_path):
     assert out.with_suffix(".csv").exists() and out.with_suffix(".png").stat().st_size > 0
 
 
+def test_self_play_stage_scaling_smoke(tmp_path):
+    """--stage selfplay end to end, small: games played through a real
+    batcher and worker, the update's rate, the share, and a named limit."""
+    out = tmp_path / "sp"
+    r = H.run_cli(["-m", "benchmarks.scaling", "--stage", "selfplay", "--workers", "1", "--hidden", "16",
+                   "--games", "8", "--warmup-s", "0.5", "--window-s", "1.5", "--machines", "4", "--groups", "2",
+                   "--device", "cpu", "--update-waves", "1", "--update-threads", "1", "--out", str(out)], timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = json.loads(out.with_suffix(".json").read_text())
+    row = data["rows"][0]
+    assert data["meta"]["stage"] == "selfplay" and row["workers"] == 1 and row["waves"] >= 1
+    assert row["games_per_s"] > 0 and row["decisions_per_s"] > row["games_per_s"] and row["update_games_per_s"] > 0
+    assert row["limit"] in ("the trainer's update", "the batcher", "the workers") and row["scaling"] == 1.0
+    assert data["meta"]["remote_share"] > 0 and "remote-worker share" in r.stdout
+
+
 def test_ceiling_benchmark_smoke(tmp_path):
     """--ceiling end to end, small: the saturated batcher, then the remote
     worker and the uniform run taking turns in two slices each."""
