@@ -28,6 +28,7 @@ from trainer.jobs import Job, JobLedger, JobServer, phase_config
 from trainer.learn import advantage_loss, held_out_error, strategy_loss, train_net
 from trainer.memory import MergingMemory, ReservoirMemory
 from agents.progress import progress
+from trainer.schedule import advantage_lr, checkpoint_due, eval_due, is_first, is_last, step, strategy_due
 from trainer.summary import iteration_line
 from trainer.supervise import Supervisor, counter_growth
 
@@ -353,10 +354,8 @@ class Trainer:
             torch.manual_seed(self.cfg.run.seed * 100003 + t * 2 + p)
             self.nets[name] = self._new_net()
             self.optimizers[name] = _adam(self.nets[name], self.cfg.train.lr)
-        after = self.cfg.train.adv_lr_after
         for g in self.optimizers[name].param_groups:
-            # late iterations: smaller steps, as the regrets the nets must resolve shrink
-            g["lr"] = self.cfg.train.lr * (math.sqrt(after / t) if 0 < after < t else 1.0)
+            g["lr"] = advantage_lr(self.cfg.train.lr, self.cfg.train.adv_lr_after, t)
         bar = self._bar(total=self.cfg.train.adv_steps, desc=f"iter {t} train adv{p}", unit="step")
         loss = train_net(self.nets[name], self._memory(name), self.cfg.train.adv_steps, self.cfg.train.batch_size,
                          self.optimizers[name], self.device, self.np_rng, advantage_loss,
@@ -467,9 +466,9 @@ class Trainer:
                 m = {"iteration": t, **(warm if t == self.start_iteration else {})}
                 self._cfr_iteration(t, m, server, sup)
                 # the time limit leaves the self-play fine-tuning its budget after the last iteration
-                last = t == cfg.train.iterations or (cfg.train.time_limit_s > 0 and time.monotonic() - self.t_start
-                                                      >= cfg.train.time_limit_s - cfg.train.selfplay_budget_s)
-                first = t == self.start_iteration == 1 and cfg.eval.every > 0
+                last = is_last(t, cfg.train.iterations, time.monotonic() - self.t_start, cfg.train.time_limit_s,
+                               cfg.train.selfplay_budget_s)
+                first = is_first(t, self.start_iteration, cfg.eval.every)
                 m = self._end_iteration(t, m, server, sup, job_config, first, last)
                 if last:
                     break
@@ -501,10 +500,8 @@ class Trainer:
             if self.sdcfr is not None:
                 # the opponent's policy in this phase, as the strategy memory samples it
                 self.sdcfr.add(1 - p, self.nets[f"adv{1 - p}"], t)
-            t0 = time.monotonic()
-            sup.enter("traverse", t)
-            added = self._traverse(server, sup, t, p, job_config)
-            m[f"time_traverse_s_{p}"] = time.monotonic() - t0
+            with step(m, f"time_traverse_s_{p}", sup, "traverse", t):
+                added = self._traverse(server, sup, t, p, job_config)
             # a snapshot per phase: a batcher restart loses only that phase's earlier rows
             bstats = sup.stats()
             batcher_rows += counter_growth(self.stats_at, bstats, "rows")[0]
@@ -515,10 +512,8 @@ class Trainer:
             if "heldout_mse" in added:
                 m[f"adv_heldout_mse_{p}"] = added["heldout_mse"]
                 m[f"adv_heldout_zero_mse_{p}"] = added["heldout_zero_mse"]
-            t0 = time.monotonic()
-            sup.enter("train")
-            m[f"adv_loss_{p}"] = self._train_advantage(p, t)
-            m[f"time_train_s_{p}"] = time.monotonic() - t0
+            with step(m, f"time_train_s_{p}", sup, "train"):
+                m[f"adv_loss_{p}"] = self._train_advantage(p, t)
             sup.enter("push")
             sup.push(p)
         m["time_traverse_s"] = m["time_traverse_s_0"] + m["time_traverse_s_1"]
@@ -535,34 +530,30 @@ class Trainer:
         """The strategy net's training when due, the self-play stage after the
         last iteration, the evaluation, the metrics line and the checkpoint."""
         cfg = self.cfg
-        do_eval = last or first or (cfg.eval.every > 0 and t % cfg.eval.every == 0)
-        strategy_due = last or do_eval or (cfg.train.strategy_every > 0 and t % cfg.train.strategy_every == 0)
-        if strategy_due and self.selfplay_state is None and (self.sdcfr is None or cfg.train.strategy_steps > 0):
-            t0 = time.monotonic()
-            sup.enter("train")
-            m["strategy_loss"] = self._train_strategy(t)
-            m["time_strategy_s"] = time.monotonic() - t0
+        evaluating = eval_due(t, first, last, cfg.eval.every)
+        if (strategy_due(t, last, evaluating, cfg.train.strategy_every) and self.selfplay_state is None
+                and (self.sdcfr is None or cfg.train.strategy_steps > 0)):
+            with step(m, "time_strategy_s", sup, "train"):
+                m["strategy_loss"] = self._train_strategy(t)
         stage_done = None
         if last and cfg.train.selfplay_budget_s > 0:
             from trainer.selfplay_stage import run_in_trainer
             sup.enter("self-play")
             m.update(run_in_trainer(self, t, server, sup, job_config))
             stage_done = {"done": True}
-        if do_eval:
-            t0 = time.monotonic()
+        if evaluating:
             if cfg.run.progress and self.game.name == "lost_cities":
                 self.log(f"iter {t}: evaluating, {cfg.eval.lc_games} games against each of "
                          f"{', '.join(cfg.eval.opponents)}")
-            sup.enter("evaluate")
-            m.update(self._evaluate(t, first, last))
-            m["time_eval_s"] = time.monotonic() - t0
+            with step(m, "time_eval_s", sup, "evaluate"):
+                m.update(self._evaluate(t, first, last))
         m["requeued_jobs"] = self.counters["requeued_jobs"]
         m["dropped_rows"] = self.counters["dropped_rows"]
         m["restarts"] = sup.total_restarts()     # by this trainer process, every phase
         m["restarts_batcher"], m["restarts_worker"] = sup.restarts["batcher"], sup.restarts["worker"]
         m["wall_s"] = time.monotonic() - self.t_start
         self._write_metrics(t, m)
-        if last or (cfg.run.checkpoint_every > 0 and t % cfg.run.checkpoint_every == 0):
+        if checkpoint_due(t, last, cfg.run.checkpoint_every):
             sup.enter("checkpoint")
             self.log(f"checkpoint {self.save(t, selfplay=stage_done)}")
         return m
