@@ -305,12 +305,12 @@ TINY = ["network.hidden=[16]", "train.iterations=1", "train.traversals=20", "tra
 
 
 def test_a_worker_killed_mid_label_job_is_redone_and_every_game_counted_once(tmp_path):
-    """The trainer's warm start on two local workers; one is SIGKILLed once
-    a label job has a chunk staged: the job goes out again, its partial
-    rows are dropped, every deal is counted once in the ledger, and the
-    prior's rows are a clean run's."""
-    sets = TINY + ["service.workers=2", "train.warm_start_games=40", "train.warm_start_worlds=16",
-                   "train.warm_start_explore=0.1"]
+    """The trainer's warm start on two local workers (service.workers 1,
+    label_workers 2); one is SIGKILLed once a label job has a chunk staged:
+    the job goes out again, its partial rows are dropped, every deal is
+    counted once in the ledger, and the prior's rows are a clean run's."""
+    sets = TINY + ["service.workers=1", "service.label_workers=2", "train.warm_start_games=40",
+                   "train.warm_start_worlds=16", "train.warm_start_explore=0.1"]
     clean = _trainer(sets, tmp_path / "clean", log=lambda *a: None)
     clean.run()
     logs = []
@@ -342,8 +342,11 @@ def test_a_worker_killed_mid_label_job_is_redone_and_every_game_counted_once(tmp
     with np.load(tmp_path / "clean" / "warm_start_rows.npz") as a, \
             np.load(tmp_path / "kill" / "warm_start_rows.npz") as b:
         assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+    assert sorted(p.name for p in (tmp_path / "kill" / "logs").glob("worker*.log")) == ["worker0.log",
+                                                                                    "worker1.log"]
     lines = label_ledger(tmp_path / "kill" / "jobs.jsonl")[0]
     assert counted_deals(lines) == list(range(1000003, 1000003 + 40))
+    assert [x["n"] for x in lines] == [20, 20]          # a job per label worker
     redone = [x for x in lines if x["job"] == killed["job"]]
     assert len(redone) == 1 and redone[0]["attempt"] == 2 and redone[0]["pid"] != killed["pid"]
     # the other stages' readers skip the label lines

@@ -367,10 +367,12 @@ class JobLedger:
     """RUN_DIR/jobs.jsonl, the job ledger: a line when a trainer starts
     ({"start": first iteration, "pid"}) and one per committed job ({"it",
     "p" (traverser), "job", "first" and "n" (its traversal ids), "attempt",
-    "adv" and "strat" (rows committed)}). The lines after a start supersede
-    those of earlier starts for the same iterations (a resumed run redoes the
-    iterations after its checkpoint), so every traversal id of every phase
-    appears exactly once in a run's effective ledger (benchmarks/chaos.py)."""
+    "adv" and "strat" (rows committed)}; label and self-play jobs have lines
+    of their own, marked "stage": commit_label, commit_selfplay). The lines
+    after a start supersede those of earlier starts for the same iterations
+    (a resumed run redoes the iterations after its checkpoint), so every
+    traversal id of every phase appears exactly once in a run's effective
+    ledger (benchmarks/chaos.py)."""
 
     def __init__(self, path, start_iteration):
         import json
