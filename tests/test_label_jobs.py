@@ -400,3 +400,25 @@ def test_the_worker_package_imports_agents_only_for_label_jobs():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env=subprocess_env())
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_the_label_lines_that_stand_are_each_rounds_last_labelling(tmp_path):
+    """A start that died mid-round is superseded by the next start that
+    labels the round; a resumed start that reads its rows back keeps the
+    lines it did not rewrite."""
+    path = tmp_path / "jobs.jsonl"
+    ledger = JobLedger(path, 1)
+    job = Job(0, ids=np.arange(10, 14), kind="label", kinds=("rows", "values"))
+    job.attempt, job.pid, job.finished = 1, 7, 4
+    ledger.commit_label(job, 0, 50, 90)                 # the first start dies after one job of two
+    ledger.close()
+    ledger = JobLedger(path, 1)
+    for first in (10, 14):
+        job = Job(first // 4, ids=np.arange(first, first + 4), kind="label", kinds=("rows", "values"))
+        job.attempt, job.pid, job.finished = 1, 8, 4 if first == 10 else 3
+        ledger.commit_label(job, 0, 50, 90)
+    ledger.close()
+    JobLedger(path, 3).close()                          # resumed from a checkpoint: the rows read back
+    lines = label_ledger(path)[0]
+    assert [(x["first"], x["games"], x["pid"]) for x in lines] == [(10, 4, 8), (14, 3, 8)]
+    assert counted_deals(lines) == list(range(10, 17))

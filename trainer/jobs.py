@@ -448,18 +448,22 @@ def selfplay_ledger(path):
 
 
 def label_ledger(path):
-    """The label lines of a ledger: {round: [lines]}, the rounds of the last
-    trainer start (a resumed run reads its labels back from
-    RUN/warm_start_rows.npz and exit_rows_R.npz, and labels only what it
-    lacks)."""
+    """The label lines that stand: {round: [lines]}, each round's from the
+    last trainer start that labelled it (a start that dies mid-round leaves
+    its lines to the next one, which labels the round again; a resumed run
+    that reads a round's rows back from RUN/warm_start_rows.npz or
+    exit_rows_R.npz writes no lines for it)."""
     import json
-    rounds = {}
+    rounds, of_start, start = {}, {}, 0
     for text in open(path):
         line = json.loads(text)
         if "start" in line:
-            rounds = {}
+            start += 1
         elif line.get("stage") == "label":
-            rounds.setdefault(line["round"], []).append(line)
+            r = line["round"]
+            if of_start.get(r) != start:
+                rounds[r], of_start[r] = [], start        # labelled again by this start
+            rounds[r].append(line)
     return rounds
 
 
