@@ -83,7 +83,7 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
                 except (KeyError, TypeError, ValueError, RuntimeError) as e:
                     # a job this worker cannot read (RuntimeError: blueprint weights that do not fit
                     # their spec): said in one line, and the trainer stops the run with it
-                    what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+                    what = f"missing field {e}" if isinstance(e, KeyError) else " ".join(str(e).split())
                     send({"type": FAILED, "job": header["job"], "error": f"label job {header['job']}: {what}"})
                     continue
                 _run_job(send, header["job"], *label, units=True)
@@ -155,12 +155,16 @@ def _label_work(game, header, arrays):
         state = {k[len("blueprint/"):]: v.copy() for k, v in arrays.items() if k.startswith("blueprint/")}
         agent = blueprint_policy(header["net_spec"], state)
     labeller = Labeller(game, int(header["worlds"]), float(header["explore"]), agent, int(header.get("topk", 0)))
-    finished = [0]
+    finished = 0
+
+    def game_done():
+        nonlocal finished
+        finished += 1
 
     def work(sink):
-        label_deals(labeller, seeds, sink, deadline, on_game=lambda: finished.__setitem__(0, finished[0] + 1))
+        label_deals(labeller, seeds, sink, deadline, on_game=game_done)
 
-    return work, ("rows", "values"), lambda: finished[0]
+    return work, ("rows", "values"), lambda: finished
 
 
 def _run_job(send, job_id, work_fn, kinds, done_fn, units=False):
