@@ -57,7 +57,7 @@ TARGET_ATOL = {"adv": 1e-4, "str": 1e-3}
 # the smallest Lost Cities run that has every phase: a warm start, evaluation and a checkpoint every iteration
 SMALL = ["network.hidden=[32, 32]", "train.traversals=64", "train.adv_steps=20", "train.strategy_steps=20",
          "train.batch_size=64", "train.strategy_every=1", "train.warm_start_games=8", "train.warm_start_steps=20",
-         "train.warm_start_procs=1", "service.workers=2", "service.machines=8", "service.groups=1",
+         "service.workers=2", "service.machines=8", "service.groups=1",
          "service.job_size=8", "service.heartbeat_timeout_s=30", "eval.every=1", "eval.lc_games=4",
          "eval.opponents=[random]", "eval.openspiel=false", "run.checkpoint_every=1", "run.save_memories=true",
          "run.progress=false", "run.tensorboard=false", "train.time_limit_s=0",

@@ -159,15 +159,17 @@ if has stages && has train; then
         --device "$DEVICE" --out /tmp/gpu_check_stage_selfplay "${sg[@]}"
 fi
 
-# the GPU recipe in RECIPE_S seconds, every phase by wall clock: labels on every core for a third, the
-# pretraining for a sixth, CFR through the batcher and TRAIN_WORKERS workers, PPO self-play for the last
-# third, then a short final evaluation (the agents are judged on the CPU box: recipe_run.tar)
+# the GPU recipe in RECIPE_S seconds, every phase by wall clock: labels on every core (a label worker a
+# core) for a third, the pretraining for a sixth, CFR through the batcher and TRAIN_WORKERS workers, PPO
+# self-play for the last third, then a short final evaluation (the agents are judged on the CPU box:
+# recipe_run.tar)
 if has recipe; then
     rm -rf /tmp/gpu_check_recipe
     rq=(); [ "$QUICK" = 1 ] && rq=(--set train.warm_start_worlds=4 --set train.traversals=200 --set eval.lc_games=20)
     step recipe $((RECIPE_S + 120)) "$PY" -m trainer --config configs/lost_cities.yaml --run-dir /tmp/gpu_check_recipe \
         --set train.device="$DEVICE" --set service.batcher_device="$DEVICE" --set service.workers="$TRAIN_WORKERS" \
-        --set train.time_limit_s="$RECIPE_S" --set train.warm_start_budget_s=$((RECIPE_S / 3)) \
+        --set service.label_workers="$(nproc)" --set train.time_limit_s="$RECIPE_S" \
+        --set train.warm_start_budget_s=$((RECIPE_S / 3)) \
         --set train.warm_start_pretrain_budget_s=$((RECIPE_S / 6)) --set train.selfplay_budget_s=$((RECIPE_S / 3)) \
         --set eval.every=0 --set eval.lc_games=200 --set eval.exploiter_games=0 --set run.progress=false "${rq[@]}"
     # the strategy nets of the final agent, CFR's agent and the prior, as a run directory (a few MB)

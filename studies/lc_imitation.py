@@ -52,7 +52,7 @@ class _Rows:
 def imitate(features, args):
     game = engine.load_game("lost_cities", max_turns=200, features=features)
     t0 = time.perf_counter()
-    teacher = dict(worlds=args.worlds, explore=args.explore, procs=args.procs or os.cpu_count() or 1)
+    teacher = dict(worlds=args.worlds, explore=args.explore)        # labelled in this process
     cache = {}
     if args.cache:
         os.makedirs(args.cache, exist_ok=True)
@@ -109,7 +109,6 @@ def main(argv=None):
     ap.add_argument("--match-games", type=int, default=1000)
     ap.add_argument("--features", type=int, nargs="+", default=[0, 1], choices=[0, 1])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--procs", type=int, default=1, help="processes that label the games (0: one per core)")
     ap.add_argument("--cache", metavar="DIR",
                     help="keep the labelled rows here and read them back when the games and teacher match, "
                          "so runs that vary only the net or its training label once")

@@ -1,6 +1,6 @@
 """How well the value net predicts the outcome of Lost Cities games it has
 not seen, and what it is worth as a search's leaf value.
-`python -m studies.lc_value [--games 300] [--worlds 64] [--explore 0.1] [--seed 1] [--procs 2]
+`python -m studies.lc_value [--games 300] [--worlds 64] [--explore 0.1] [--seed 1]
                                [--steps 2000 ...] [--hidden 256,256 ...] [--labels outcome both search]
                                [--lookahead-games 200] [--lookahead-worlds 16]
                                [--batch 512] [--lr 1e-3] [--no-augment] [--cache PATH] [--json]`
@@ -33,7 +33,7 @@ GAME = {"max_turns": 200, "features": 1}      # configs/lost_cities_cpu.yaml's g
 VALUE_SCALE = 0.01                            # and its traversal.value_scale
 
 
-def measure(games=300, worlds=64, explore=0.1, seed=1, procs=1, steps=(2000,), hidden=((256, 256),), batch=512,
+def measure(games=300, worlds=64, explore=0.1, seed=1, steps=(2000,), hidden=((256, 256),), batch=512,
             lr=1e-3, augment=True, cache=None, progress=None, labels=("search",), lookahead_games=0,
             lookahead_worlds=16):
     """(label stats, one dict of trainer.value.train_value's metrics per
@@ -51,7 +51,7 @@ def measure(games=300, worlds=64, explore=0.1, seed=1, procs=1, steps=(2000,), h
     game = engine.load_game("lost_cities", **GAME)
     stats = {}
     adv, _ = heuristic_rows(game, games, seed=(seed + 1) * 1000003, advantage=0.2, worlds=worlds, explore=explore,
-                            procs=procs, cache=cache, stats=stats)
+                            cache=cache, stats=stats)
     out = []
     for label in labels:
         for h in hidden:
@@ -85,7 +85,6 @@ def main(argv=None):
     ap.add_argument("--worlds", type=int, default=64, help="the teacher's worlds (0: the heuristic)")
     ap.add_argument("--explore", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--procs", type=int, default=1, help="processes that play the games")
     ap.add_argument("--steps", type=int, nargs="+", default=[2000])
     ap.add_argument("--hidden", type=_ints, nargs="+", default=[(256, 256)], help="e.g. 256,256")
     ap.add_argument("--labels", nargs="+", choices=("outcome", "both", "search"), default=["search"],
@@ -126,7 +125,7 @@ def main(argv=None):
         print(line, flush=True)
 
     try:
-        stats, rows = measure(args.games, args.worlds, args.explore, args.seed, args.procs, args.steps, args.hidden,
+        stats, rows = measure(args.games, args.worlds, args.explore, args.seed, args.steps, args.hidden,
                               args.batch, args.lr, not args.no_augment, args.cache, show, args.labels,
                               args.lookahead_games, args.lookahead_worlds)
     except ValueError as e:

@@ -282,7 +282,7 @@ def test_warm_start_writes_the_prior_as_it_ends(tmp_path):
     from trainer.loop import Trainer
     cfg = load_config(ROOT / "configs" / "smoke.yaml",
                       ["network.hidden=[16]", "train.warm_start_games=2", "train.warm_start_steps=2",
-                       "train.warm_start_procs=1", "train.batch_size=32", "run.progress=false"])
+                       "train.batch_size=32", "run.progress=false"])
     tr = Trainer(cfg, tmp_path, log=lambda *a: None)
     tr._warm_start()
     path = prior_checkpoint(tmp_path)

@@ -109,3 +109,11 @@ def test_value_benchmark_trains_one_net_per_label_choice_and_plays_each_as_a_loo
         assert net["lookahead"]["games"] == 2
     assert lc_value.main(args) == 0 and json.loads(capsys.readouterr().out)["cached"]     # read back
     assert lc_value.main(["--games", "1"]) == 2
+
+
+def test_label_rate_benchmark_labels_on_real_workers_the_rows_of_this_process(capsys):
+    from benchmarks import label_rate
+    assert label_rate.main(["--games", "4", "--worlds", "2", "--workers", "2", "--in-process", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rows_equal"] and out["games"] == 4 and out["decisions"] > 4 and out["games_per_s"] > 0
+    assert label_rate.main(["--workers", "0"]) == 2

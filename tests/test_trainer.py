@@ -189,10 +189,6 @@ def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves(tmp_path):
     adv, strat = heuristic_rows(game, 6, seed=9, advantage=0.1, explore=0.3)
     again = heuristic_rows(game, 6, seed=9, advantage=0.1, explore=0.3)[1]
     assert all(np.array_equal(strat[k], again[k]) for k in strat)                 # deterministic
-    split = heuristic_rows(game, 6, seed=9, advantage=0.1, explore=0.3, worlds=4, procs=2)
-    whole = heuristic_rows(game, 6, seed=9, advantage=0.1, explore=0.3, worlds=4)
-    for a, b in ((split[1], whole[1]), (split[0][0], whole[0][0]), (split[0][1], whole[0][1])):
-        assert all(np.array_equal(a[k], b[k]) for k in a)                       # processes change nothing
     seen = {row.tobytes() for row in plain["info"]}
     assert sum(row.tobytes() not in seen for row in strat["info"]) > len(strat["info"]) // 4
     labels = strat["target"].argmax(axis=1)
@@ -217,12 +213,14 @@ def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves(tmp_path):
     for bad in ({"worlds": -1}, {"explore": 1.0}, {"explore": -0.1}):
         with pytest.raises(ValueError, match="worlds must be >= 0 and explore in"):
             heuristic_rows(game, 1, 0, 0.1, **bad)
-    with pytest.raises(ValueError, match="procs must be >= 1"):
-        heuristic_rows(game, 1, 0, 0.1, procs=0)
     for key, value in (("train.warm_start_worlds", "-2"), ("train.warm_start_explore", "1.5"),
-                       ("train.warm_start_procs", "-1")):
+                       ("service.label_workers", "-1")):
         with pytest.raises(ConfigError, match=f"{key}: bad value"):
             load_config(ROOT / "configs" / "smoke.yaml", [f"{key}={value}"])
+    # the labelling processes of old are the workers now: the old key names its replacement
+    with pytest.raises(ConfigError, match=r"^config train.warm_start_procs: removed; the workers label the "
+                                          r"prior's games \(trainer/label_stage.py\); service.label_workers"):
+        load_config(ROOT / "configs" / "smoke.yaml", ["train.warm_start_procs=2"])
 
 
 def test_warm_started_run_starts_from_the_heuristic(tmp_path):
@@ -336,7 +334,7 @@ def test_adv_prior_share_sets_the_advantage_batches_alone(tmp_path):
     warm_start_share. Without a lasting prior the key is refused."""
     from trainer.loop import Trainer
     sets = ["network.hidden=[16]", "train.warm_start_games=2", "train.warm_start_steps=2",
-            "train.warm_start_procs=1", "train.batch_size=40", "run.progress=false", "train.warm_start_share=0.5"]
+            "train.batch_size=40", "run.progress=false", "train.warm_start_share=0.5"]
     for share, adv_share in (("0", 0.0), ("0.25", 0.25), ("-1", 0.5)):
         cfg = load_config(ROOT / "configs" / "smoke.yaml", [*sets, f"train.adv_prior_share={share}"])
         tr = Trainer(cfg, tmp_path / share, log=lambda *a: None)

@@ -80,10 +80,8 @@ class TrainSection:
     """0: label each warm-start decision with the heuristic's move. K > 0: with the move of a one-step lookahead over K redealt worlds with heuristic playouts (a depth-1 cutoff's regret averaged over K worlds; agents.searcher), which also plays the warm-start games. Costs about 2.6 ms a decision at 64 worlds."""
     warm_start_explore: float = 0.0
     """Share of warm-start moves played uniformly at random (still labelled with the teacher's move), so the prior also covers states off the teacher's path."""
-    warm_start_procs: int = 1
-    """Processes that play the warm-start games (0: one per CPU core). The rows do not depend on it."""
     warm_start_budget_s: float = 0.0
-    """Wall-clock budget of the warm start's labelling, in seconds (0 = none): no game starts once it is spent and the game in play is dropped, so the prior holds the games finished in time, at most warm_start_games. A run then lasts about as long on a slower box, with fewer labelled games (metrics.jsonl's warm_start_games_labelled says how many)."""
+    """Wall-clock budget of the warm start's labelling, in seconds (0 = none): no label job is handed out and no game started once it is spent, and the games the workers are playing then are dropped, so the prior holds the whole games finished in time, at most warm_start_games. A run then lasts about as long on a slower box, with fewer labelled games (metrics.jsonl's warm_start_games_labelled says how many)."""
     warm_start_lr_decay: bool = False
     """Cosine-anneal the learning rate to 0 over each net's warm_start_steps of pretraining (and of each expert-iteration round's). A budget that stops the steps early stops the decay part-way."""
     warm_start_pretrain_budget_s: float = 0.0
@@ -93,7 +91,7 @@ class TrainSection:
     value_budget_s: float = 0.0
     """Wall-clock budget of the value net's training, in seconds (0 = none): it stops after value_steps or this, whichever comes first. Its own budget, apart from warm_start_pretrain_budget_s."""
     value_labels: str = "search"
-    """What the value net learns: search (the lookahead teacher's mean value of the move chosen and of two other candidates, seen by the mover after it; needs warm_start_worlds > 0), outcome (each game's final return, seen by the player to move and by the other player) or both (trainer.warmstart._play, trainer/value.py). The held-out error of each kind is reported whatever it learns. Outcomes rate a move by what followed it in the teacher's games, which misleads a search and CFR's cutoffs (docs/lost_cities_strength.md, "The learned value")."""
+    """What the value net learns: search (the lookahead teacher's mean value of the move chosen and of two other candidates, seen by the mover after it; needs warm_start_worlds > 0), outcome (each game's final return, seen by the player to move and by the other player) or both (agents.labels, trainer/value.py). The held-out error of each kind is reported whatever it learns. Outcomes rate a move by what followed it in the teacher's games, which misleads a search and CFR's cutoffs (docs/lost_cities_strength.md, "The learned value")."""
     warm_start_share: float = 0.0
     """0: the warm-start rows sit in the memories and fade as linear CFR's weights grow. In (0, 1): they stay apart and make up this share of every advantage and strategy batch for the whole run (a lasting prior)."""
     adv_prior_share: float = -1.0
@@ -134,6 +132,8 @@ class ServiceSection:
     """Where the trainer serves jobs to workers (port 0 = any free port)."""
     workers: int = 1
     """Local worker processes to start (0 = use workers started elsewhere)."""
+    label_workers: int = 0
+    """Local workers for the prior's labels (the warm start's and expert iteration's label jobs, trainer/label_stage.py), where more than service.workers: the launcher starts the larger number, and CFR's and self-play's jobs are still cut for service.workers, so the extra ones idle after the labelling. Workers started elsewhere take label jobs too."""
     worker_threads: int = 1
     """Stepping threads per worker."""
     groups: int = 4
@@ -251,6 +251,11 @@ def _check_value(where, typ, value):
     raise ConfigError(f"config {where}: expected {typ.__name__}, got {type(value).__name__} {value!r}")
 
 
+# keys that are gone, and what replaced them
+REMOVED = {"train.warm_start_procs": "the workers label the prior's games (trainer/label_stage.py); "
+                                     "service.label_workers sets how many local ones"}
+
+
 def _apply(obj, data, prefix):
     if not isinstance(data, dict):
         raise ConfigError(f"config {prefix or 'file'}: expected a mapping, got {type(data).__name__}")
@@ -258,6 +263,8 @@ def _apply(obj, data, prefix):
     names = {f.name for f in dataclasses.fields(obj)}
     for key, value in data.items():
         where = f"{prefix}.{key}" if prefix else str(key)
+        if where in REMOVED:
+            raise ConfigError(f"config {where}: removed; {REMOVED[where]}")
         if key not in names:
             raise ConfigError(f"config {where}: unknown key (known: {', '.join(sorted(names))})")
         current = getattr(obj, key)
@@ -347,6 +354,7 @@ def validate(cfg):
         ("train.device", cfg.train.device in ("auto", "cpu") or cfg.train.device.startswith("cuda")),
         ("network.hidden", len(cfg.network.hidden) >= 1 and all(isinstance(h, int) and h >= 1 for h in cfg.network.hidden)),
         ("service.workers", cfg.service.workers >= 0),
+        ("service.label_workers", cfg.service.label_workers >= 0),
         ("service.worker_threads", cfg.service.worker_threads >= 1),
         ("service.groups", cfg.service.groups >= 1),
         ("service.machines", cfg.service.machines >= 1),
@@ -373,7 +381,6 @@ def validate(cfg):
         ("train.exit_worlds", cfg.train.exit_worlds >= 1),
         ("train.exit_topk", cfg.train.exit_topk >= 0),
         ("train.warm_start_explore", 0.0 <= cfg.train.warm_start_explore < 1.0),
-        ("train.warm_start_procs", cfg.train.warm_start_procs >= 0),
         ("train.warm_start_budget_s", math.isfinite(cfg.train.warm_start_budget_s) and cfg.train.warm_start_budget_s >= 0),
         ("train.warm_start_pretrain_budget_s", math.isfinite(cfg.train.warm_start_pretrain_budget_s)
          and cfg.train.warm_start_pretrain_budget_s >= 0),

@@ -27,16 +27,21 @@ from traverser.jobproto import DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPL
 
 
 class Job:
-    """One job: its id, what the worker is to do (`kind`: "traverse", or
-    "selfplay" for a wave's games), the header fields and arrays sent with
-    it, and what comes back: the sample kinds it stages (`kinds`) and its
-    units of work (`units`: traversals or games) for the progress counts.
-    Job(job_id, iteration, traverser, ids, weight) is a CFR traversal job."""
+    """One job: its id, what the worker is to do (`kind`: "traverse",
+    "selfplay" for a wave's games, "label" for deals to label), the header
+    fields and arrays sent with it, and what comes back: the sample kinds it
+    stages (`kinds`) and its units of work (`units`: traversals or games)
+    for the progress counts. check(kind, arrays): raises ValueError naming
+    what is wrong with a chunk, which is then dropped (None: the generic
+    checks only). `finished`: the units the worker reports done (a label
+    job under a deadline may end early; else all of them); `pid`: its
+    worker's. Job(job_id, iteration, traverser, ids, weight) is a CFR
+    traversal job."""
     __slots__ = ("job_id", "kind", "iteration", "traverser", "ids", "weight", "fields", "arrays", "kinds", "units",
-                 "attempt", "worker", "assigned_at", "staged", "progress")
+                 "attempt", "worker", "assigned_at", "staged", "progress", "check", "finished", "pid")
 
     def __init__(self, job_id, iteration=0, traverser=0, ids=(), weight=1.0, kind="traverse", fields=None,
-                 arrays=None, kinds=("adv", "strat")):
+                 arrays=None, kinds=("adv", "strat"), check=None):
         self.job_id = job_id
         self.kind = kind
         self.iteration = iteration
@@ -55,6 +60,9 @@ class Job:
         self.assigned_at = 0.0
         self.staged = {k: [] for k in self.kinds}
         self.progress = 0
+        self.check = check
+        self.finished = None
+        self.pid = None
 
     def staged_rows(self):
         """Rows staged so far, per kind, in `kinds` order."""
@@ -72,7 +80,9 @@ class JobServer:
     one list per kind of the job's `kinds` (adv, strat for CFR), in job
     order. `start_phase` and `pump` are the same loop in steps, for a
     caller that has other work while the workers run a phase (self-play's
-    update)."""
+    update); `add_jobs` adds jobs to the phase under way, and `close_phase`
+    ends it early (a budget ran out): the jobs not handed out yet are
+    dropped, those under way still commit."""
 
     def __init__(self, bind, heartbeat_timeout_s=60.0, context=None, curve_keys=""):
         self.ctx = context or zmq.Context.instance()
@@ -144,6 +154,10 @@ class JobServer:
         job.staged = {k: [] for k in job.kinds}
         job.worker = None
         job.progress = 0
+        if self._phase is not None and self._phase.get("closed"):
+            self._drop_jobs([job])
+            self._log(f"job {job.job_id} dropped ({why}; the phase is closed; {rows} partial sample rows dropped)")
+            return
         self._pending.appendleft(job)
         self.requeued += 1
         self._dispatch()
@@ -174,6 +188,44 @@ class JobServer:
                        "next": 0, "commit": commit, "complete": not jobs}
         self._last_supervise = 0.0
         self._dispatch()
+
+    def add_jobs(self, jobs):
+        """Add `jobs` to the phase in progress, after its others in job
+        order (a caller that hands a long phase out a few jobs at a time)."""
+        ph = self._phase
+        if ph is None or ph.get("closed"):
+            raise RuntimeError("add_jobs: no open phase")
+        for job in jobs:
+            ph["by_id"][job.job_id] = job
+            ph["order"].append(job.job_id)
+        ph["complete"] = ph["next"] == len(ph["order"])
+        self._pending.extend(jobs)
+        self._dispatch()
+
+    def pending_jobs(self):
+        """Jobs of the phase not handed out yet."""
+        return len(self._pending)
+
+    def close_phase(self):
+        """Hand out no more of the phase's jobs: those not handed out yet,
+        and any handed out again later (their worker died), leave the phase,
+        which completes once the jobs under way are committed. Returns how
+        many jobs left now."""
+        ph = self._phase
+        if ph is None or ph["complete"]:
+            return 0
+        ph["closed"] = True
+        gone = list(self._pending)
+        self._pending.clear()
+        self._drop_jobs(gone)
+        return len(gone)
+
+    def _drop_jobs(self, jobs):
+        ph = self._phase
+        ids = {j.job_id for j in jobs}
+        ph["order"] = ph["order"][:ph["next"]] + [i for i in ph["order"][ph["next"]:] if i not in ids]
+        for i in ids:
+            ph["by_id"].pop(i, None)
 
     def pump(self, timeout_ms, supervise=None, progress=None):
         """Handle what the workers sent within timeout_ms (0: what is there
@@ -239,8 +291,11 @@ class JobServer:
                     arrays = unpack_arrays(header.get("arrays"), [f.buffer for f in frames[2:]])
                     if len({len(v) for v in arrays.values()}) > 1:
                         raise P.ProtocolError("bad_shape", "the chunk's columns differ in length")
-                except P.ProtocolError as e:
-                    self._log(f"bad sample chunk from worker pid {w['pid']}: {e}")
+                    if job.check is not None:
+                        job.check(header.get("kind", "adv"), arrays)
+                except (P.ProtocolError, ValueError) as e:
+                    self._log(f"bad sample chunk from worker pid {w['pid']} ({job.kind} job {job.job_id}, "
+                              f"kind {header.get('kind', 'adv')!r}): {e}")
                     return
                 job.staged[header.get("kind", "adv")].append({k: v.copy() for k, v in arrays.items()})
             elif kind == HEARTBEAT:
@@ -254,8 +309,13 @@ class JobServer:
                 if counts != staged:
                     self._requeue_worker(ident, f"sample counts {staged} disagree with the worker's {counts}")
                     return
-                if progress is not None and job.units > job.progress:
-                    progress(job.units - job.progress)
+                units = header.get("units", job.units)
+                if not (isinstance(units, int) and not isinstance(units, bool) and 0 <= units <= job.units):
+                    self._requeue_worker(ident, f"done with {units!r} units of a job of {job.units}")
+                    return
+                job.finished = units
+                if progress is not None and units > job.progress:
+                    progress(units - job.progress)
                 w["job"] = None
                 done[job.job_id] = job
                 self.waiting[ident] = True      # a worker that finished is ready for more
@@ -275,12 +335,14 @@ class JobServer:
             job = pending.popleft()
             job.attempt += 1
             job.worker = ident
+            job.pid = w["pid"]
             job.assigned_at = time.monotonic()
             w["job"] = job
             w["last"] = time.monotonic()
             meta, frames_out = pack_arrays(job.arrays)
+            # sent_at: the trainer's clock, against which a worker reads a job's deadline (label jobs)
             self._send(ident, {"type": JOB, "job": job.job_id, "kind": job.kind, **job.fields, "arrays": meta,
-                               **self._job_config}, *frames_out)
+                               **self._job_config, "sent_at": time.time()}, *frames_out)
 
     def stop_workers(self, wait_s=2.0):
         """Tell every known worker to exit."""
@@ -305,10 +367,12 @@ class JobLedger:
     """RUN_DIR/jobs.jsonl, the job ledger: a line when a trainer starts
     ({"start": first iteration, "pid"}) and one per committed job ({"it",
     "p" (traverser), "job", "first" and "n" (its traversal ids), "attempt",
-    "adv" and "strat" (rows committed)}). The lines after a start supersede
-    those of earlier starts for the same iterations (a resumed run redoes the
-    iterations after its checkpoint), so every traversal id of every phase
-    appears exactly once in a run's effective ledger (benchmarks/chaos.py)."""
+    "adv" and "strat" (rows committed)}; label and self-play jobs have lines
+    of their own, marked "stage": commit_label, commit_selfplay). The lines
+    after a start supersede those of earlier starts for the same iterations
+    (a resumed run redoes the iterations after its checkpoint), so every
+    traversal id of every phase appears exactly once in a run's effective
+    ledger (benchmarks/chaos.py)."""
 
     def __init__(self, path, start_iteration, selfplay_wave=None):
         import json
@@ -327,6 +391,18 @@ class JobLedger:
         self._write({"it": int(job.iteration), "p": int(job.traverser), "job": int(job.job_id),
                      "first": int(ids[0]) if len(ids) else 0, "n": int(len(ids)), "attempt": int(job.attempt),
                      "adv": int(adv_rows), "strat": int(strat_rows)})
+
+    def commit_label(self, job, round, rows, values):
+        """A label job's line: {"stage": "label", "round" (0: the warm
+        start, r: expert-iteration round r), "job", "first" and "n" (its
+        deal seeds, first .. first + n - 1), "attempt", "pid" (its worker),
+        "games" (the first `games` of those deals, labelled whole: all of
+        them unless a budget stopped the job), "rows" and "values" (rows
+        committed)}."""
+        ids = np.asarray(job.ids)
+        self._write({"stage": "label", "round": int(round), "job": int(job.job_id),
+                     "first": int(ids[0]) if len(ids) else 0, "n": int(len(ids)), "attempt": int(job.attempt),
+                     "pid": job.pid, "games": int(job.finished), "rows": int(rows), "values": int(values)})
 
     def commit_selfplay(self, job, wave, decisions, ends):
         """A self-play job's line: {"stage": "selfplay", "wave", "job",
@@ -352,8 +428,8 @@ def effective_ledger(path):
             for key in [k for k in phases if k[0] >= line["start"]]:
                 del phases[key]            # redone by this start
             continue
-        if line.get("stage") == "selfplay":
-            continue            # selfplay_ledger reads those
+        if "stage" in line:
+            continue            # selfplay_ledger and label_ledger read those
         phases.setdefault((line["it"], line["p"]), []).append(line)
     return phases
 
@@ -373,3 +449,35 @@ def selfplay_ledger(path):
         elif line.get("stage") == "selfplay":
             waves.setdefault(line["wave"], []).append(line)
     return waves
+
+
+def label_ledger(path):
+    """The label lines that stand: {round: [lines]}, each round's from the
+    last trainer start that labelled it (a start that dies mid-round leaves
+    its lines to the next one, which labels the round again; a resumed run
+    that reads a round's rows back from RUN/warm_start_rows.npz or
+    exit_rows_R.npz writes no lines for it)."""
+    import json
+    rounds, of_start, start = {}, {}, 0
+    for text in open(path):
+        line = json.loads(text)
+        if "start" in line:
+            start += 1
+        elif line.get("stage") == "label":
+            r = line["round"]
+            if of_start.get(r) != start:
+                rounds[r], of_start[r] = [], start        # labelled again by this start
+            rounds[r].append(line)
+    return rounds
+
+
+def counted_deals(lines):
+    """The deal seeds a round's label lines count, ascending; ValueError
+    naming a deal counted twice."""
+    deals = [d for x in lines for d in range(x["first"], x["first"] + x["games"])]
+    seen = set()
+    for d in deals:
+        if d in seen:
+            raise ValueError(f"deal {d} is counted twice in the label ledger")
+        seen.add(d)
+    return sorted(deals)

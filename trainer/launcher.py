@@ -222,7 +222,8 @@ class LocalServices:
                 wait_for_batcher(self.batcher_endpoint, timeout_s=60, curve_keys=self.svc.curve_keys)
             except Exception:
                 raise RuntimeError(f"the batcher did not start:\n{self.batcher.tail()}") from None
-        for i in range(self.svc.workers):
+        # label_workers: more workers for the prior's labels; CFR and self-play cut their jobs for svc.workers
+        for i in range(max(self.svc.workers, self.svc.label_workers)):
             cmd = [py, "-m", "traverser", "--trainer", self.jobs_endpoint, "--batcher", self.batcher_endpoint,
                    "--threads", str(self.svc.worker_threads), "--groups", str(self.svc.groups),
                    "--machines", str(self.svc.machines), "--curve-keys", self.svc.curve_keys,

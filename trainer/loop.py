@@ -12,7 +12,6 @@ phase. Evaluate, checkpoint, and write one metrics line per iteration.
 """
 import json
 import math
-import os
 import random
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from batcher.networks import MLP
 from batcher.server import resolve_device
 from trainer.config import config_to_dict
 from trainer.jobs import Job, JobLedger, JobServer, phase_config
+from trainer.label_stage import label_stage
 from trainer.learn import advantage_loss, held_out_error, strategy_loss, train_net
 from trainer.memory import MergingMemory, ReservoirMemory
 from agents.progress import progress
@@ -80,6 +80,7 @@ class Trainer:
         self.start_iteration = 1
         self.sdcfr = None
         self.prior = None                 # warm-start rows kept apart (train.warm_start_share > 0)
+        self.labels = None                # run()'s label stage: the workers label (None: this process)
         if cfg.train.average == "sdcfr":
             from agents.sdcfr import TabularAverage
             self.sdcfr = TabularAverage(self.game, cfg.traversal.fallback)
@@ -163,12 +164,11 @@ class Trainer:
         return held_out_error(self.nets[f"adv{p}"], rows, self.device)
 
     def _warm_start(self, pretrain=True):
-        """Heuristic self-play rows (trainer/warmstart.py): into the memories
-        (warm_start_share 0) or kept apart as a lasting prior; then, at the
-        start of a run, every net is pretrained on them. A lasting prior's
-        rows are saved in the run directory (warm_start_rows.npz), and a
-        resumed run reads them back. Returns the warm start's metrics
-        (warm_start_games_labelled and its times) for metrics.jsonl."""
+        """Heuristic self-play rows (trainer/warmstart.py), labelled by the workers (self.labels, a
+        trainer.label_stage.LabelStage): into the memories (warm_start_share 0) or kept apart as a lasting
+        prior; then, at the start of a run, every net is pretrained on them. A lasting prior's rows are saved
+        in the run directory (warm_start_rows.npz), and a resumed run reads them back. Returns the warm
+        start's metrics (warm_start_games_labelled and its times) for metrics.jsonl."""
         from trainer.warmstart import heuristic_rows, save_prior, teacher_name
         tr = self.cfg.train
         t0 = time.monotonic()
@@ -181,9 +181,8 @@ class Trainer:
         stats = {}
         adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=(self.cfg.run.seed + 1) * 1000003,
                                     advantage=tr.warm_start_advantage, worlds=tr.warm_start_worlds,
-                                    explore=tr.warm_start_explore, procs=tr.warm_start_procs or os.cpu_count() or 1,
-                                    progress=None if bar is None else bar.update, cache=cache,
-                                    budget_s=tr.warm_start_budget_s, stats=stats)
+                                    explore=tr.warm_start_explore, progress=None if bar is None else bar.update,
+                                    cache=cache, budget_s=tr.warm_start_budget_s, stats=stats, stage=self.labels)
         if bar is not None:
             bar.close()
         games = stats["games"]
@@ -256,7 +255,7 @@ class Trainer:
         """Expert iteration after the warm start (train.exit_rounds): in each
         round the current agent (the strategy net, greedy) plays exit_games
         games (or what exit_budget_s allows), a search over it labels every
-        decision (trainer.warmstart._play), the labels join the pool, and
+        decision (agents.labels, on the workers), the labels join the pool, and
         three fresh nets are pretrained on the whole pool, which becomes the
         lasting prior. The rows of round r are kept in exit_rows_r.npz, so a
         resumed run (pretrain False) reads them back into its prior. Returns
@@ -279,8 +278,8 @@ class Trainer:
             new_adv, new_strat = heuristic_rows(
                 self.game, tr.exit_games, seed=(self.cfg.run.seed + 1) * 1000003 + r * 7000001,
                 advantage=tr.warm_start_advantage, worlds=tr.exit_worlds, explore=tr.warm_start_explore,
-                procs=tr.warm_start_procs or os.cpu_count() or 1, progress=None if bar is None else bar.update,
-                cache=cache, budget_s=tr.exit_budget_s, stats=stats,
+                progress=None if bar is None else bar.update, cache=cache, budget_s=tr.exit_budget_s, stats=stats,
+                stage=self.labels,
                 blueprint=blueprint_of(self.nets["strategy"]), topk=tr.exit_topk, round=r)
             if bar is not None:
                 bar.close()
@@ -449,6 +448,7 @@ class Trainer:
                 self.log(f"the run finished its self-play stage at iteration {self.start_iteration - 1}: "
                          f"nothing to resume")
                 return {}
+            self.labels = label_stage(cfg, server, sup, self.ledger, self.log)
             if (not in_stage and cfg.train.warm_start_games > 0
                     and (self.start_iteration == 1 or cfg.train.warm_start_share > 0)):
                 sup.enter("warm start")

@@ -21,9 +21,22 @@ The nets are then trained on those rows, so the first traversals already
 play the teacher, and CFR's sampled regrets take over as they accumulate
 (or, with a lasting prior, make up the rest of every batch).
 
+Who labels: in a training run, the workers. The deals go out as label
+jobs (trainer/label_stage.py: a few deals each, kind "label" of the job
+protocol, docs/protocol.md), any worker takes them, local or remote, plays
+and labels each game with agents.labels and streams its rows back; the job
+server commits a job's rows when the job is done and hands the job of a dead
+worker out again, so each game is labelled whole by one worker and counted
+once (a "label" line per job in RUN/jobs.jsonl). Tools and tests that call
+heuristic_rows without a label stage play the same code in their own
+process. Either way the rows are ordered by deal seed and do not depend on
+who played which game.
+
 A wall-clock budget (train.warm_start_budget_s) can end the labelling
-early: the games finished by then are the rows, so a slower box gets fewer
-games in the same minutes instead of more minutes.
+early: no job is handed out and no game started after it, and the game a
+worker is playing then is dropped. The rows are those of the whole games
+finished in time (on the workers, a prefix of each job's deals), so a
+slower box gets fewer games in the same minutes instead of more minutes.
 
 Expert iteration (train.exit_rounds, trainer.loop) reuses the same
 labelling with the agent in the teacher's place: the agent plays, and a
@@ -35,6 +48,8 @@ only; nothing in training treats it as the opponent to beat.
 """
 import numpy as np
 
+from agents.labels import OBSERVER, SEARCH, SEARCH_OTHERS  # noqa: F401 (the value rows' kinds, re-exported)
+
 
 def teacher_name(tr):
     """The warm start's teacher in words, from the train config `tr`."""
@@ -42,166 +57,14 @@ def teacher_name(tr):
             + (f", {tr.warm_start_explore:g} random moves" if tr.warm_start_explore else ""))
 
 
-def _play(name, params, seeds, worlds, explore, progress=None, deadline=None, blueprint=None, topk=0):
-    """Self-play of the deals `seeds`: ({player: (info uint8 [n, T], mask
-    uint8 [n, A], label int64 [n], outcome float32 [n], game int64 [n],
-    value info uint8 [m, T], value points float32 [m], value game int64
-    [m], value kind int8 [m])}, games finished): a row's outcome is its
-    game's final return for the player to move (state.returns()[p], raw
-    points), its game the deal seed. The value columns are the value net's
-    further rows of that player (trainer/value.py): kind OBSERVER, its view
-    at the other player's decisions, with its own final return; kind SEARCH
-    (a lookahead teacher only), its view after the move chosen and after
-    SEARCH_OTHERS other candidates drawn at random, with the search's mean
-    final score difference for that candidate (the candidate's value under
-    heuristic play, a label of every move the search weighed, not only of
-    those the teacher plays). A game's exploration
-    draws are seeded by its deal, the teacher's by what it sees at each
-    decision (SearchPlayer.decision_rng), so any split of the deals over
-    processes gives the same rows. deadline: a time.time() after which no
-    game starts and the game in progress is dropped, so the games kept are
-    a prefix of `seeds`, each whole.
-    blueprint: an expert-iteration round's agent, {"net_spec", "state"} of a
-    strategy net: the agent plays the games (its most likely move, or a
-    random one at the `explore` rate) and the search over it labels every
-    decision (SearchPlayer with the agent as blueprint: its `topk` most
-    likely moves, `worlds` worlds of heuristic playouts)."""
-    import time
-    import engine
-    game = engine.load_game(name, **params)
-    teacher = agent = None
-    if blueprint is not None:
-        from agents.searcher import SearchPlayer
-        agent = _blueprint_policy(blueprint)
-        teacher = SearchPlayer(game, blueprint=agent, worlds=worlds, topk=topk)
-    elif worlds > 0:
-        from agents.searcher import SearchPlayer
-        teacher = SearchPlayer(game, worlds=worlds)
-    T, A = game.information_state_tensor_size(), game.num_distinct_actions()
-    unseen = _unseen_outcome_actions(game)
-    info, mask, act = {0: [], 1: []}, {0: [], 1: []}, {0: [], 1: []}
-    outcome, deal = {0: [], 1: []}, {0: [], 1: []}
-    vinfo, vpoints, vgame, vkind = {0: [], 1: []}, {0: [], 1: []}, {0: [], 1: []}, {0: [], 1: []}
-    finished = 0
-    for seed in seeds:
-        if deadline is not None and time.time() >= deadline:
-            break
-        key = int(seed) & 0xFFFFFFFFFFFF
-        rng = np.random.default_rng([key, 0x7EAC])
-        pick = np.random.default_rng([key, 0x5EA1])        # which candidates' values become rows
-        state = game.new_initial_state(seed=seed)
-        rows = {0: [], 1: []}
-        vrows = {0: [], 1: []}          # (info, search value or None for the game's outcome, kind)
-        while not state.is_terminal():
-            if deadline is not None and time.time() >= deadline:
-                break
-            p = state.current_player()
-            m = state.legal_actions_mask()
-            if teacher is not None:
-                teacher.last_values = None          # a forced move is not searched: no values of its own
-            a = game.heuristic_action(state) if teacher is None else teacher.step(state)
-            rows[p].append((state.information_state_tensor(p), m, a))
-            vrows[1 - p].append((state.information_state_tensor(1 - p), None, OBSERVER))
-            if teacher is not None and teacher.last_values is not None:
-                _search_value_rows(state, p, a, teacher.last_values, unseen, pick, vrows[p])
-            if agent is not None:
-                a = agent.step(state)               # the agent plays its own games; the search only labels them
-            if explore > 0 and rng.random() < explore:
-                a = int(rng.choice(np.flatnonzero(m)))
-            state.apply_action(a)
-        if not state.is_terminal():
-            break                       # the budget ran out mid-game: the game is not kept
-        returns = state.returns()
-        for p in (0, 1):
-            for i, m, a in rows[p]:
-                info[p].append(i)
-                mask[p].append(m)
-                act[p].append(a)
-            outcome[p] += [returns[p]] * len(rows[p])
-            deal[p] += [int(seed)] * len(rows[p])
-            for i, v, kind in vrows[p]:
-                vinfo[p].append(i)
-                vpoints[p].append(returns[p] if v is None else v)
-                vkind[p].append(kind)
-            vgame[p] += [int(seed)] * len(vrows[p])
-        finished += 1
-        if progress is not None:
-            progress(1)
-    out = {}
-    for p in (0, 1):
-        n, k = len(act[p]), len(vpoints[p])
-        out[p] = (_exact_u8(info[p], n, T), np.asarray(mask[p], dtype=np.uint8).reshape(n, A),
-                  np.asarray(act[p], dtype=np.int64), np.asarray(outcome[p], dtype=np.float32),
-                  np.asarray(deal[p], dtype=np.int64), _exact_u8(vinfo[p], k, T),
-                  np.asarray(vpoints[p], dtype=np.float32), np.asarray(vgame[p], dtype=np.int64),
-                  np.asarray(vkind[p], dtype=np.int8))
-    return out, finished
-
-
-def _blueprint_policy(blueprint):
-    """The greedy strategy-net policy of an expert-iteration blueprint
-    ({"net_spec", "state"}), on the CPU."""
-    from agents.checkpoint import build_net
-    from agents.policy import AveragePolicy
-    net = build_net({"net_spec": blueprint["net_spec"], "nets": {"strategy": blueprint["state"]}}, "strategy")
-    return AveragePolicy(net, greedy=True)
-
-
 def blueprint_of(net):
     """An expert-iteration blueprint of a strategy net, for heuristic_rows:
-    its spec and a CPU copy of its weights, which pickle to the labelling
-    processes."""
+    its spec and a CPU copy of its weights (a label job sends them to the
+    workers as raw float32 arrays, trainer.label_stage)."""
     return {"net_spec": net.spec(), "state": {n: v.detach().cpu().clone() for n, v in net.state_dict().items()}}
 
 
-OBSERVER, SEARCH = 0, 1     # kinds of the further value rows (_play)
-SEARCH_OTHERS = 2           # candidates besides the move chosen whose search values become value rows
-
-
-def _exact_u8(rows, n, T):
-    i = np.asarray(rows, dtype=np.float32).reshape(n, T)
-    u = i.astype(np.uint8)
-    if not np.array_equal(u, i):
-        raise ValueError("warm start: an info-state entry is not an exact uint8")
-    return u
-
-
-def _unseen_outcome_actions(game):
-    """Actions whose result the player cannot know before taking them (Lost
-    Cities: the draw from the deck, whose card the search's worlds vary):
-    the view after one is no label for the search's mean over its worlds."""
-    if game.name == "lost_cities":
-        return {game.num_distinct_actions() - int(game.params["colours"]) - 1}
-    return set()
-
-
-def _search_value_rows(state, p, chosen, last_values, unseen, pick, out):
-    """Append to `out` (info, value, SEARCH) for the move `chosen` and up to
-    SEARCH_OTHERS other candidates drawn by `pick`: p's view after the
-    candidate (applied and undone in `state`), valued by the search's mean
-    final score difference over the worlds it played it in."""
-    cands, means, seen = last_values
-    ok = [j for j, c in enumerate(cands) if seen[j] > 0 and np.isfinite(means[j]) and c not in unseen]
-    if not ok:
-        return
-    first = [j for j in ok if cands[j] == chosen]
-    others = [j for j in ok if cands[j] != chosen]
-    if len(others) > SEARCH_OTHERS:
-        others = [others[j] for j in sorted(pick.choice(len(others), SEARCH_OTHERS, replace=False))]
-    for j in first + others:
-        state.apply_action(cands[j])
-        out.append((state.information_state_tensor(p), float(means[j]), SEARCH))
-        state.undo_action()
-
-
-_COLUMNS = ("info", "mask", "act", "outcome", "game", "vinfo", "vpoints", "vgame", "vkind")   # _play's, in order
-
-
-def _play_chunk(args):
-    if args[7] is not None:
-        import torch
-        torch.set_num_threads(1)        # one labelling process a core: the blueprint's forwards stay on it
-    return _play(*args)
+_COLUMNS = ("info", "mask", "act", "outcome", "game", "vinfo", "vpoints", "vgame", "vkind")   # a part's, in order
 
 
 def _read_cache(path, meta):
@@ -233,44 +96,8 @@ def _write_cache(path, meta, parts, deals):
     write_durably(path, lambda f: np.savez_compressed(f, **arrays))
 
 
-def _play_parallel(name, params, seeds, worlds, explore, procs, progress, deadline, blueprint=None, topk=0):
-    """_play's chunks of `seeds` over `procs` spawned processes: (the chunks'
-    parts in seed order, the deals of the games finished in that order).
-    Chunks are handed out a few at a time, and none after the deadline."""
-    import multiprocessing as mp
-    import time
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    games = len(seeds)
-    # small chunks under a budget: a chunk's games are a prefix of it, and the processes stay busy to the end
-    size = max(1, min(25 if deadline is None else 4, games // procs))
-    chunks = [seeds[i:i + size] for i in range(0, games, size)]
-    parts = [None] * len(chunks)
-    kept = [[] for _ in chunks]
-    # spawn: the trainer holds torch's threads, which a fork would copy in a bad state
-    with ProcessPoolExecutor(procs, mp_context=mp.get_context("spawn")) as pool:
-        pending, todo = {}, iter(enumerate(chunks))
-        while True:
-            while len(pending) < 2 * procs and (deadline is None or time.time() < deadline):
-                nxt = next(todo, None)
-                if nxt is None:
-                    break
-                k, chunk = nxt
-                pending[pool.submit(_play_chunk, (name, params, chunk, worlds, explore, None, deadline,
-                                                  blueprint, topk))] = k
-            if not pending:
-                break
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                k = pending.pop(f)
-                parts[k], n = f.result()
-                kept[k] = chunks[k][:n]
-                if progress is not None and n:
-                    progress(n)
-    return [part for part in parts if part is not None], [d for k in kept for d in k]
-
-
-def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress=None, procs=1,
-                   cache=None, budget_s=0.0, stats=None, blueprint=None, topk=0, round=0):
+def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress=None, cache=None, budget_s=0.0,
+                   stats=None, blueprint=None, topk=0, round=0, stage=None):
     """({player: advantage rows}, strategy rows) of `games` self-play games
     from deals seed, seed + 1, ... Rows are dicts of info (uint8), target
     (float32), mask (uint8) and weight (float32, all 1).
@@ -283,26 +110,35 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     it, so the rows follow the improved policy's own games. explore: the
     share of moves played uniformly at random instead (still labelled with
     the teacher's move), so the rows also cover states off the teacher's
-    path. procs > 1: the games are shared out over that many processes (the
-    rows do not depend on it). progress: called with the number of games
-    just finished. cache: a file path; rows saved there with the same game,
-    deals and teacher are read back instead of played again (a resumed run
-    need not repeat a lookahead warm start), and rows played are saved.
+    path. blueprint (blueprint_of; with topk and round >= 1): an
+    expert-iteration round, whose agent plays the games while a search over
+    its topk most likely moves labels them (agents.labels.Labeller).
+    progress: called with the number of games just finished. cache: a file
+    path; rows saved there with the same game, deals and teacher are read
+    back instead of played again (a resumed run need not repeat a lookahead
+    warm start), and rows played are saved.
+
+    stage: who plays the games: None, this process (tools and tests), or a
+    trainer.label_stage.LabelStage, whose label jobs the workers play (the
+    trainer). Both play each game with agents.labels, so the rows are the
+    same either way and whatever the number of workers.
 
     budget_s > 0: a wall-clock budget; no game starts after it is spent and
     a game still being played then is dropped, so the rows are those of the
-    games finished in time (at most `games`). Each game's rows are still the
-    same whatever the process count; how many games fit is the machine's.
+    whole games finished in time (at most `games`; on the workers, each job's
+    games finished in time, a prefix of its deals). Each game's rows are the
+    same as without a budget; how many games fit is the machine's.
     stats: a dict that gets "games" (games labelled), "deals" (their deal
-    seeds, in the rows' order), "seconds" (to label or read them back), "budget_hit" (the budget stopped
-    the labelling) and "cached" (read back).
+    seeds, ascending: the rows' order), "seconds" (to label or read them
+    back), "budget_hit" (the budget stopped the labelling) and "cached"
+    (read back).
 
     The advantage rows also carry, for the value net (trainer.value), the
     outcome (float32: the row's game's final return for its player, raw
     points) and game (int64: the game's deal seed) of every row, and the
-    player's further value rows (see _play), in columns of their own length:
-    value_info (uint8), value_points (float32, raw points), value_game
-    (int64) and value_kind (int8: OBSERVER or SEARCH)."""
+    player's further value rows (agents.labels), in columns of their own
+    length: value_info (uint8), value_points (float32, raw points),
+    value_game (int64) and value_kind (int8: OBSERVER or SEARCH)."""
     import math
     import time
     if not hasattr(game, "heuristic_action"):
@@ -312,8 +148,6 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
                          f"{topk} and {round}")
     if worlds < 0 or not 0.0 <= explore < 1.0:
         raise ValueError(f"worlds must be >= 0 and explore in [0, 1), got {worlds} and {explore}")
-    if procs < 1:
-        raise ValueError(f"procs must be >= 1, got {procs}")
     if not (math.isfinite(budget_s) and budget_s >= 0):
         raise ValueError(f"the warm start's budget must be a number of seconds >= 0 (0: none), got {budget_s}")
     t0 = time.monotonic()
@@ -336,12 +170,9 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
         parts, deals = found
         if progress is not None:
             progress(len(deals))
-    elif procs == 1 or games < 2:
-        part, played = _play(game.name, params, seeds, worlds, explore, progress, deadline, blueprint, topk)
-        parts, deals = [part], seeds[:played]
     else:
-        parts, deals = _play_parallel(game.name, params, seeds, worlds, explore, procs, progress, deadline,
-                                      blueprint, topk)
+        play = _play_here if stage is None else stage.play
+        parts, deals = play(game, seeds, worlds, explore, deadline, progress, blueprint, topk, round)
     played = len(deals)
     seconds = time.monotonic() - t0
     if played == 0 and games > 0:
@@ -353,6 +184,19 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
         stats.update(games=played, deals=deals, seconds=seconds, cached=cached,
                      budget_hit=not cached and played < games)
     return _rows(parts, advantage)
+
+
+def _play_here(game, seeds, worlds, explore, deadline, progress, blueprint, topk, round):
+    """heuristic_rows' games played in this process, in deal order: ([part],
+    the deals finished: a prefix of `seeds`). The label stage's play
+    (trainer.label_stage) takes the same arguments."""
+    from agents.labels import Labeller, blueprint_policy, label_deals, parts_of_chunks
+    agent = None if blueprint is None else blueprint_policy(blueprint["net_spec"], blueprint["state"])
+    labeller = Labeller(game, worlds, explore, agent, topk)
+    rows, values = [], []
+    done = label_deals(labeller, seeds, lambda r, v: (rows.append(r), values.append(v)), deadline,
+                       on_game=None if progress is None else lambda: progress(1))
+    return [parts_of_chunks(rows, values, labeller.width, labeller.actions)], seeds[:done]
 
 
 def read_rows(path, advantage):
@@ -371,7 +215,7 @@ def read_rows(path, advantage):
 
 
 def _rows(parts, advantage):
-    """heuristic_rows' (adv, strategy) rows of _play's parts."""
+    """heuristic_rows' (adv, strategy) rows of its parts (_play_here's, the label stage's, a cache's)."""
     adv = {}
     strat = []
     for p in (0, 1):

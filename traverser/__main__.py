@@ -93,7 +93,6 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from batcher.__main__ import parse_params
     if args.shm_dir:
         from batcher.shm import ShmError, check_dir
         try:
@@ -117,6 +116,7 @@ def main(argv=None):
             print(f"error: the trainer at {args.trainer} took no message for {args.timeout:g} s; is it running?",
                   file=sys.stderr)
             return 1
+    from batcher.__main__ import parse_params      # (imports torch: standalone runs only, not a job worker's start)
     try:
         game = engine.load_game(args.game, **parse_params(args.game_param))
         cfg = traverser_config_from_args(args)

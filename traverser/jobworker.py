@@ -1,11 +1,14 @@
 """Job mode of the worker process (`python -m traverser --trainer EP --batcher EP`).
 
-Asks the trainer for jobs, runs each through the batcher, streams the sample
-chunks back, and reports `done`. A job is a CFR traversal job (kind
-"traverse": advantage and strategy samples) or a self-play job (kind
-"selfplay": a wave's games played to the end, traverser/selfplay.py;
-decision and game-end records). The messages are in traverser/jobproto.py
-(docs/protocol.md, "Job protocol"); this module never imports `trainer`.
+Asks the trainer for jobs, runs each, streams the sample chunks back, and
+reports `done`. A job is a CFR traversal job (kind "traverse": advantage and
+strategy samples, through the batcher), a self-play job (kind "selfplay": a
+wave's games played to the end on the batcher's policy,
+traverser/selfplay.py; decision and game-end records) or a label job (kind
+"label": deals played and labelled here by a lookahead, agents.labels; the
+prior's rows and value rows, no batcher). The messages are in
+traverser/jobproto.py (docs/protocol.md, "Job protocol"); this module never
+imports `trainer`.
 """
 import json
 import os
@@ -13,6 +16,7 @@ import queue
 import threading
 import time
 
+import numpy as np
 import zmq
 
 import engine
@@ -73,6 +77,17 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
             if key not in games:
                 games[key] = engine.load_game(header["game"]["name"], **header["game"].get("params", {}))
             game = games[key]
+            if header.get("kind", "traverse") == "label":
+                try:
+                    label = _label_work(game, header, arrays)
+                except (KeyError, TypeError, ValueError, RuntimeError) as e:
+                    # a job this worker cannot read (RuntimeError: blueprint weights that do not fit
+                    # their spec): said in one line, and the trainer stops the run with it
+                    what = f"missing field {e}" if isinstance(e, KeyError) else " ".join(str(e).split())
+                    send({"type": FAILED, "job": header["job"], "error": f"label job {header['job']}: {what}"})
+                    continue
+                _run_job(send, header["job"], *label, units=True)
+                continue
             if header.get("kind", "traverse") == "selfplay":
                 if client is None:
                     client = BatcherClient(batcher_endpoint, timeout_s=timeout_s, context=ctx, curve_keys=curve_keys)
@@ -115,10 +130,49 @@ def _selfplay_work(game, client, header, arrays, groups, machines):
     return work, ("decisions", "ends"), lambda: holder["groups"].ended if "groups" in holder else 0
 
 
-def _run_job(send, job_id, work_fn, kinds, done_fn):
+def _label_work(game, header, arrays):
+    """A label job: its deals played and labelled in order, a few whole
+    games a chunk, until they are done or the job's deadline (the trainer's
+    time.time(), read against the job's `sent_at`, so the two clocks need
+    not agree) has passed: no game starts after it and the one in play is
+    dropped. (work(sink), kinds, games finished so far). Raises
+    KeyError, TypeError, ValueError or RuntimeError on a job it cannot read."""
+    # agents.labels is the one module of a higher layer this package imports
+    # (pyproject.toml's import-linter contract names it): the labels are
+    # played by agents.searcher's SearchPlayer
+    from agents.labels import Labeller, blueprint_policy, label_deals
+    seeds = arrays["seeds"]
+    if seeds.dtype != np.int64 or seeds.ndim != 1:
+        raise ValueError(f"seeds must be int64 [n], got {seeds.dtype} {list(seeds.shape)}")
+    seeds = [int(s) for s in seeds]
+    deadline = header.get("deadline")
+    if deadline is not None:
+        deadline = time.time() + (float(deadline) - float(header["sent_at"]))
+    agent = None
+    if header.get("net_spec") is not None:
+        import torch
+        torch.set_num_threads(1)        # the agent's forwards are batch 1: one core a worker
+        state = {k[len("blueprint/"):]: v.copy() for k, v in arrays.items() if k.startswith("blueprint/")}
+        agent = blueprint_policy(header["net_spec"], state)
+    labeller = Labeller(game, int(header["worlds"]), float(header["explore"]), agent, int(header.get("topk", 0)))
+    finished = 0
+
+    def game_done():
+        nonlocal finished
+        finished += 1
+
+    def work(sink):
+        label_deals(labeller, seeds, sink, deadline, on_game=game_done)
+
+    return work, ("rows", "values"), lambda: finished
+
+
+def _run_job(send, job_id, work_fn, kinds, done_fn, units=False):
     """Run work_fn(sink) on a thread, streaming each chunk it sinks (one
     array dict per kind of `kinds`) and a heartbeat every 2 s, then `done`
-    with the row counts (or `failed`)."""
+    with the row counts (or `failed`). units: `done` also says how many
+    units done_fn() counts (a job that may end early: labels under a
+    deadline)."""
     chunks = queue.Queue()
     errors = []
 
@@ -155,4 +209,4 @@ def _run_job(send, job_id, work_fn, kinds, done_fn):
     if errors:
         send({"type": FAILED, "job": job_id, "error": f"{type(errors[0]).__name__}: {errors[0]}"})
         raise errors[0]
-    send({"type": DONE, "job": job_id, "counts": counts})
+    send({"type": DONE, "job": job_id, "counts": counts, **({"units": int(done_fn())} if units else {})})
