@@ -462,19 +462,29 @@ def build_parser():
     return ap
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
+def agent_from_args(args):
+    """(agent, seed) of a command line's OPPONENT, --policy, --max-turns and
+    --seed (drawn when not given), its --replay-dir made; None after a
+    one-line error on stderr (agents.play and agents.serve exit 2 then)."""
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     try:
         agent = make_agent(args.opponent, policy=args.policy, max_turns=args.max_turns, seed=seed)
         Path(args.replay_dir).mkdir(parents=True, exist_ok=True)
     except SetupError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return None
     except OSError as e:
         print(f"error: --replay-dir {args.replay_dir}: {e.strerror or e}", file=sys.stderr)
+        return None
+    return agent, seed
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    made = agent_from_args(args)
+    if made is None:
         return 2
-    play(agent, args.seat, seed, args.replay_dir)
+    play(made[0], args.seat, made[1], args.replay_dir)
     return 0
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from engine._lost_cities import COLOUR_LETTERS
-from agents.play import SetupError, make_agent, why_illegal
+from agents.play import agent_from_args, why_illegal
 from agents.replay import ReplayError, ReplayWriter, expedition_scores, load_replay, render_html, replay_path
 
 MAX_BODY = 4096          # bytes of a request body; the API's bodies are a few dozen
@@ -430,16 +430,10 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    try:
-        agent = make_agent(args.opponent, policy=args.policy, max_turns=args.max_turns,
-                           seed=int.from_bytes(os.urandom(4), "little") if args.seed is None else args.seed)
-        Path(args.replay_dir).mkdir(parents=True, exist_ok=True)
-    except SetupError as e:
-        print(f"error: {e}", file=sys.stderr)
+    made = agent_from_args(args)
+    if made is None:
         return 2
-    except OSError as e:
-        print(f"error: --replay-dir {args.replay_dir}: {e.strerror or e}", file=sys.stderr)
-        return 2
+    agent = made[0]
     try:
         server = PlayServer((args.host, args.port), agent, args.replay_dir, seat=args.seat, seed=args.seed)
     except OSError as e:

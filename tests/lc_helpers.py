@@ -51,3 +51,17 @@ def local_wave(tuner, games, wave=0, version=0, served=None):
                slots=max(1, games // 2), version=version)
     wave, returns = tuner.wave_from_chunks(decisions, ends)
     return wave, returns, seeds
+
+
+def rows_of_deals(game, deals, **kw):
+    """The rows trainer.warmstart.heuristic_rows labels in this process for
+    exactly these deals, in this order (the strategy rows player 0's of
+    every game, then player 1's, as one call gives them)."""
+    import numpy as np
+    from trainer.warmstart import heuristic_rows
+    parts = [heuristic_rows(game, 1, seed=d, advantage=0.1, **kw) for d in deals]
+    adv = {p: {k: np.concatenate([part[0][p][k] for part in parts]) for k in parts[0][0][p]} for p in (0, 1)}
+    n0 = [len(part[0][0]["weight"]) for part in parts]
+    strat = {k: np.concatenate([part[1][k][:n] for part, n in zip(parts, n0)] +
+                               [part[1][k][n:] for part, n in zip(parts, n0)]) for k in parts[0][1]}
+    return adv, strat

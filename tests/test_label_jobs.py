@@ -5,7 +5,6 @@ batcher, the real trainer. The rows must be those of the in-process
 labelling of the same deals, whoever plays them, and every game is counted
 once."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from trainer.jobs import Job, JobLedger, JobServer, counted_deals, label_ledger 
 from trainer.label_stage import LabelStage  # noqa: E402
 from trainer.warmstart import blueprint_of, heuristic_rows  # noqa: E402
 from traverser import jobproto as J  # noqa: E402
+from service_helpers import kill_a_worker_when  # noqa: E402
+from lc_helpers import rows_of_deals  # noqa: E402
 
 SMALL = dict(colours=3, ranks=5, hand_size=4, max_turns=200)
 
@@ -172,18 +173,8 @@ def test_a_budget_stops_the_workers_with_whole_games_only(service):
     assert counted_deals(lines) == deals
     assert all(x["n"] <= 4 and x["games"] <= x["n"] for x in lines)           # small jobs, prefixes kept
     assert max(x["first"] + x["n"] for x in lines) - 7 < 100_000 // 4      # most jobs never went out
-    want = _rows_of_deals(game, deals, **teacher)
+    want = rows_of_deals(game, deals, **teacher)
     _same_rows(rows, want)
-
-
-def _rows_of_deals(game, deals, **kw):
-    """The in-process rows of exactly these deals, player 0's first."""
-    parts = [heuristic_rows(game, 1, seed=d, advantage=0.1, **kw) for d in deals]
-    adv = {p: {k: np.concatenate([part[0][p][k] for part in parts]) for k in parts[0][0][p]} for p in (0, 1)}
-    n0 = [len(part[0][0]["weight"]) for part in parts]
-    strat = {k: np.concatenate([part[1][k][:n] for part, n in zip(parts, n0)] +
-                               [part[1][k][n:] for part, n in zip(parts, n0)]) for k in parts[0][1]}
-    return adv, strat
 
 
 def test_a_bad_chunk_is_named_dropped_and_its_job_redone(service):
@@ -323,24 +314,9 @@ def test_a_worker_killed_mid_label_job_is_redone_and_every_game_counted_once(tmp
     clean.run()
     logs = []
     victim = _trainer(sets, tmp_path / "kill", log=logs.append)
-    from trainer import jobs
-    original = jobs.JobServer._handle
-    killed = {}
-
-    def handle_and_kill(self, frames, by_id, done, job_config, progress):
-        original(self, frames, by_id, done, job_config, progress)
-        for w in self.workers.values():
-            job = w["job"]
-            if not killed and job is not None and job.kind == "label" and job.staged["rows"]:
-                killed["pid"] = w["pid"]
-                killed["job"] = job.job_id
-                os.kill(w["pid"], signal.SIGKILL)     # a chunk of the job is staged: kill now
-
-    jobs.JobServer._handle = handle_and_kill
-    try:
+    # a chunk of a label job is staged: kill its worker now
+    with kill_a_worker_when(lambda job: job.kind == "label" and job.staged["rows"]) as killed:
         victim.run()
-    finally:
-        jobs.JobServer._handle = original
     assert killed, "no worker was killed"
     assert any(m.startswith(f"job {killed['job']} handed out again (worker pid {killed['pid']} exited; ")
                for m in logs), logs

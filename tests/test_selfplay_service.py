@@ -16,6 +16,7 @@ import torch
 from lc_helpers import ROOT
 
 from trainer.config import load_config  # noqa: E402
+from service_helpers import kill_a_worker_when  # noqa: E402
 
 SMALL_LC = ["game.params={colours: 3, ranks: 5, hand_size: 4, max_turns: 200}", "network.hidden=[16]",
             "service.machines=8", "service.groups=2", "run.progress=false", "run.tensorboard=false",
@@ -39,23 +40,10 @@ def test_a_worker_killed_mid_wave_has_its_job_played_again_and_every_game_counte
     from trainer.selfplay import SelfPlaySettings
     from trainer.selfplay_stage import tune_on_service
     trainer = _trainer(tmp_path / "run", ["service.workers=2"])
-    original = jobs.JobServer._handle
-    killed = {}
-
-    def handle_and_kill(self, frames, by_id, done, job_config, progress):
-        original(self, frames, by_id, done, job_config, progress)
-        for w in self.workers.values():
-            job = w["job"]
-            if (not killed and job is not None and job.kind == "selfplay" and job.staged
-                    and job.staged["decisions"] and job.fields["wave"] == 1):
-                killed["pid"] = w["pid"]
-                os.kill(w["pid"], signal.SIGKILL)       # the wave's first records are staged: kill now
-
-    jobs.JobServer._handle = handle_and_kill
-    try:
+    # wave 1's first records are staged: kill their worker now
+    with kill_a_worker_when(lambda job: job.kind == "selfplay" and job.staged["decisions"]
+                            and job.fields["wave"] == 1) as killed:
         stats = tune_on_service(trainer, SelfPlaySettings(games=12, critic_waves=1, autocast="none"), waves=3)
-    finally:
-        jobs.JobServer._handle = original
     assert killed, "no worker was killed"
     assert stats["selfplay_requeued_jobs"] >= 1 and stats["selfplay_dropped_rows"] > 0
     assert stats["selfplay_waves"] == 3 and stats["selfplay_games"] == 36

@@ -2,8 +2,6 @@
 exactly-once job accounting when a worker is killed. The memories are
 tests/test_memory.py."""
 import json
-import os
-import signal
 import subprocess
 import time
 import sys
@@ -16,6 +14,7 @@ import torch
 from trainer import checkpoint as ck
 from trainer.config import ConfigError, load_config
 from trainer.memory import MergingMemory, ReservoirMemory
+from service_helpers import kill_a_worker_when  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -458,23 +457,8 @@ def test_killed_worker_job_is_redone_exactly_once(tmp_path, merge):
     clean = _trainer_in_process(sets, tmp_path / "clean")
     clean.run()
     victim = _trainer_in_process(sets, tmp_path / "kill")
-    from trainer import jobs
-    original = jobs.JobServer._handle
-    killed = {}
-
-    def handle_and_kill(self, frames, by_id, done, job_config, progress):
-        original(self, frames, by_id, done, job_config, progress)
-        for w in self.workers.values():
-            job = w["job"]
-            if not killed and job is not None and job.staged and job.staged["adv"]:
-                killed["pid"] = w["pid"]
-                os.kill(w["pid"], signal.SIGKILL)     # partial samples are staged: kill now
-
-    jobs.JobServer._handle = handle_and_kill
-    try:
+    with kill_a_worker_when(lambda job: job.staged["adv"]) as killed:     # partial samples are staged: kill now
         metrics = victim.run()
-    finally:
-        jobs.JobServer._handle = original
     assert killed, "no worker was killed"
     assert metrics["requeued_jobs"] >= 1 and metrics["dropped_rows"] > 0 and metrics["restarts"] >= 1
     for p in (0, 1):

@@ -15,6 +15,7 @@ import pytest
 import engine
 from trainer.config import ConfigError, load_config
 from trainer.warmstart import heuristic_rows
+from lc_helpers import rows_of_deals
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,17 +30,6 @@ def _same_rows(a, b):
         assert x.keys() == y.keys()
         for k in x:
             assert x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k]), k
-
-
-def _rows_of_deals(game, deals, **kw):
-    """The unbudgeted rows of exactly these deals, in this order."""
-    parts = [heuristic_rows(game, 1, seed=d, advantage=0.1, **kw) for d in deals]
-    adv = {p: {k: np.concatenate([part[0][p][k] for part in parts]) for k in parts[0][0][p]} for p in (0, 1)}
-    # a call's strategy rows are player 0's of every game, then player 1's
-    n0 = [len(part[0][0]["weight"]) for part in parts]
-    strat = {k: np.concatenate([part[1][k][:n] for part, n in zip(parts, n0)] +
-                               [part[1][k][n:] for part, n in zip(parts, n0)]) for k in parts[0][1]}
-    return adv, strat
 
 
 def test_a_budget_keeps_the_games_finished_in_time():
@@ -57,7 +47,7 @@ def test_a_budget_keeps_the_games_finished_in_time():
     assert took < budget + 30          # it stopped: the cap alone would take minutes
     assert stats["deals"] == list(range(7, 7 + stats["games"]))     # one process: a prefix of the deals
     # every game kept is whole, with the rows it has without a budget
-    _same_rows(rows, _rows_of_deals(game, stats["deals"], **teacher))
+    _same_rows(rows, rows_of_deals(game, stats["deals"], **teacher))
 
 
 def test_a_budget_larger_than_needed_changes_nothing(tmp_path):
