@@ -162,3 +162,49 @@ def test_one_job_per_worker_the_trainer_has_heard_from():
             s.close(0)
         server.close()
         ctx.term()
+
+
+def test_no_job_goes_to_a_worker_seen_dead_whose_ready_is_read_later():
+    """A local worker killed just after its hello and ready: the supervisor
+    reports its pid before the job server reads them. No job may go to it
+    (it would wait out the heartbeat timeout); a live worker gets the job."""
+    import threading
+    from trainer.jobs import Job, JobServer
+    ctx = zmq.Context()
+    server = JobServer("tcp://127.0.0.1:0", heartbeat_timeout_s=30, context=ctx)
+    dead, live = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    for s in (dead, live):
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(server.endpoint)
+    dead.send_multipart(P.pack({"type": J.HELLO, "pid": 101}))
+    dead.send_multipart(P.pack({"type": J.READY, "pid": 101}))
+    server.worker_died(101)                      # seen dead before its messages are read
+    time.sleep(0.2)
+    got = {}
+
+    def run_live():
+        live.send_multipart(P.pack({"type": J.HELLO, "pid": 102}))
+        live.send_multipart(P.pack({"type": J.READY, "pid": 102}))
+        if live.poll(10000):
+            frames = live.recv_multipart()
+            header = P.unpack_header(frames[0])
+            got["job"] = header["job"]
+            live.send_multipart(P.pack({"type": J.DONE, "job": header["job"], "counts": [0, 0]}))
+
+    t = threading.Thread(target=run_live, daemon=True)
+    try:
+        server.start_phase([Job(job_id=0, iteration=1, traverser=0, ids=np.arange(3, dtype=np.int64))],
+                           {"game": {"name": "kuhn_poker", "params": {}}, "seed": 0}, lambda *a: None)
+        t.start()
+        deadline = time.monotonic() + 20
+        while not server.pump(100) and time.monotonic() < deadline:
+            pass
+        assert got.get("job") == 0, "the live worker got no job"
+        assert not dead.poll(200), "a job went to the worker seen dead"
+        assert server.live_workers() == 1                # the dead one is not counted either
+    finally:
+        t.join(5)
+        dead.close(0)
+        live.close(0)
+        server.close()
+        ctx.term()

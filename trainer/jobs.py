@@ -112,6 +112,7 @@ class JobServer:
         self.failures = []
         self._pending = collections.deque()     # the phase's jobs not handed out yet
         self._job_config = {}
+        self.dead = {}                          # local worker pid -> when it was seen dead (worker_died)
         self._phase = None                      # the phase in progress (start_phase)
         self._last_supervise = 0.0
 
@@ -129,7 +130,8 @@ class JobServer:
                 break
             self._handle(frames, {}, {}, None, None)
         now = time.monotonic()
-        return sum(1 for w in self.workers.values() if now - w["last"] <= self.heartbeat_timeout_s)
+        return sum(1 for w in self.workers.values()
+                   if now - w["last"] <= self.heartbeat_timeout_s and not self._recently_dead(w["pid"]))
 
     def _send(self, identity, header, *frames):
         try:
@@ -138,7 +140,10 @@ class JobServer:
             pass
 
     def worker_died(self, pid):
-        """A local worker process exited: hand its job out again."""
+        """A local worker process exited: hand its job out again. Its hello
+        and ready may still wait in the socket: for a heartbeat timeout from
+        now no job goes to that pid (_dispatch)."""
+        self.dead[pid] = time.monotonic()
         for ident, w in list(self.workers.items()):
             if w["pid"] == pid:
                 self._requeue_worker(ident, f"worker pid {pid} exited")
@@ -332,6 +337,9 @@ class JobServer:
             w = self.workers.get(ident)
             if w is None or w["job"] is not None:
                 continue
+            if self._recently_dead(w["pid"]):
+                del self.workers[ident]      # a ready read after its sender was seen dead: no job for it
+                continue
             job = pending.popleft()
             job.attempt += 1
             job.worker = ident
@@ -343,6 +351,12 @@ class JobServer:
             # sent_at: the trainer's clock, against which a worker reads a job's deadline (label jobs)
             self._send(ident, {"type": JOB, "job": job.job_id, "kind": job.kind, **job.fields, "arrays": meta,
                                **self._job_config, "sent_at": time.time()}, *frames_out)
+
+    def _recently_dead(self, pid):
+        """Whether local worker `pid` was seen dead within a heartbeat timeout
+        (a pid the system reuses later counts again)."""
+        died = self.dead.get(pid)
+        return died is not None and time.monotonic() - died < self.heartbeat_timeout_s
 
     def stop_workers(self, wait_s=2.0):
         """Tell every known worker to exit."""
