@@ -538,7 +538,7 @@ class Trainer:
         stage_done = None
         if last and cfg.train.selfplay_budget_s > 0:
             from trainer.selfplay_stage import run_in_trainer
-            sup.enter("self-play")
+            sup.enter("self-play", t)
             m.update(run_in_trainer(self, t, server, sup, job_config))
             stage_done = {"done": True}
         if evaluating:
