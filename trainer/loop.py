@@ -29,6 +29,8 @@ from trainer.learn import advantage_loss, held_out_error, strategy_loss, train_n
 from trainer.memory import MergingMemory, ReservoirMemory
 from agents.progress import progress
 from trainer.schedule import advantage_lr, checkpoint_due, eval_due, is_first, is_last, step, strategy_due
+from trainer.seeds import (exit_deals_seed, exit_nets_seed, memory_seed, reinit_advantage_seed, strategy_memory_seed,
+                           warm_start_deals_seed)
 from trainer.summary import iteration_line
 from trainer.supervise import Supervisor, counter_growth
 
@@ -74,8 +76,8 @@ class Trainer:
             from trainer.symmetry import ColourAugment
             self.augment = ColourAugment(self.game)
         memory = MergingMemory if cfg.train.merge_duplicates else ReservoirMemory
-        self.adv_mem = [memory(cfg.train.adv_memory, T, A, seed=seed * 3 + p + 1) for p in (0, 1)]
-        self.strat_mem = memory(cfg.train.strategy_memory, T, A, seed=seed * 3 + 3)
+        self.adv_mem = [memory(cfg.train.adv_memory, T, A, seed=memory_seed(seed, p)) for p in (0, 1)]
+        self.strat_mem = memory(cfg.train.strategy_memory, T, A, seed=strategy_memory_seed(seed))
         self.versions = {0: 0, 1: 0}
         self.start_iteration = 1
         self.sdcfr = None
@@ -179,7 +181,7 @@ class Trainer:
         # a lasting prior is kept on disk, so that a resumed run reads it back instead of playing it again
         cache = self.run_dir / "warm_start_rows.npz" if tr.warm_start_share > 0 else None
         stats = {}
-        adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=(self.cfg.run.seed + 1) * 1000003,
+        adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=warm_start_deals_seed(self.cfg.run.seed),
                                     advantage=tr.warm_start_advantage, worlds=tr.warm_start_worlds,
                                     explore=tr.warm_start_explore, progress=None if bar is None else bar.update,
                                     cache=cache, budget_s=tr.warm_start_budget_s, stats=stats, stage=self.labels)
@@ -276,7 +278,7 @@ class Trainer:
                 self.log(f"expert iteration {r}: no {cache.name} to read back; the prior keeps the earlier rounds")
                 break
             new_adv, new_strat = heuristic_rows(
-                self.game, tr.exit_games, seed=(self.cfg.run.seed + 1) * 1000003 + r * 7000001,
+                self.game, tr.exit_games, seed=exit_deals_seed(self.cfg.run.seed, r),
                 advantage=tr.warm_start_advantage, worlds=tr.exit_worlds, explore=tr.warm_start_explore,
                 progress=None if bar is None else bar.update, cache=cache, budget_s=tr.exit_budget_s, stats=stats,
                 stage=self.labels,
@@ -303,7 +305,7 @@ class Trainer:
             if not pretrain:
                 continue
             # a fresh net on the pooled labels, not the last round's net fine-tuned
-            torch.manual_seed(self.cfg.run.seed * 100003 + 7919 * r)
+            torch.manual_seed(exit_nets_seed(self.cfg.run.seed, r))
             for name in self.nets:
                 self.nets[name] = self._new_net()
                 self.optimizers[name] = _adam(self.nets[name], tr.lr)
@@ -350,7 +352,7 @@ class Trainer:
     def _train_advantage(self, p, t):
         name = f"adv{p}"
         if self.cfg.train.reinit_advantage:
-            torch.manual_seed(self.cfg.run.seed * 100003 + t * 2 + p)
+            torch.manual_seed(reinit_advantage_seed(self.cfg.run.seed, t, p))
             self.nets[name] = self._new_net()
             self.optimizers[name] = _adam(self.nets[name], self.cfg.train.lr)
         for g in self.optimizers[name].param_groups:

@@ -49,6 +49,7 @@ only; nothing in training treats it as the opponent to beat.
 import numpy as np
 
 from agents.labels import OBSERVER, SEARCH, SEARCH_OTHERS  # noqa: F401 (the value rows' kinds, re-exported)
+from trainer.seeds import exit_heldout_seed
 
 
 def teacher_name(tr):
@@ -239,8 +240,8 @@ def _rows(parts, advantage):
 
 
 def exit_split_seed(cfg, r):
-    """The seed of expert-iteration round r's held-out games in a run of config `cfg`."""
-    return cfg.run.seed * 7919 + r
+    """The seed of expert-iteration round r's held-out games in a run of config `cfg` (trainer.seeds)."""
+    return exit_heldout_seed(cfg.run.seed, r)
 
 
 def hold_out_games(adv, strat, share, seed):
