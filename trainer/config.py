@@ -333,13 +333,27 @@ def apply_overrides(cfg, overrides):
 
 
 def validate(cfg):
-    """Range checks that types alone do not catch."""
+    """Range checks that types alone do not catch: the game, each field's
+    range (the first bad one named), then the rules between fields."""
     import engine
     try:
         engine.load_game(cfg.game.name, **cfg.game.params)
     except ValueError as e:
         raise ConfigError(f"config game: {e}") from None
-    checks = [
+    checks = _train_checks(cfg) + _service_checks(cfg) + _prior_checks(cfg) + _stage_checks(cfg) + _eval_checks(cfg)
+    for name, ok in checks:
+        if not ok:
+            section, key = name.split(".")
+            raise ConfigError(f"config {name}: bad value {getattr(getattr(cfg, section), key)!r}")
+    _check_game_rules(cfg)
+    _check_prior_rules(cfg)
+
+
+# (key, ok) pairs: each field's range check, a section at a time, in the order validate reports them
+
+def _train_checks(cfg):
+    """The CFR loop's fields and the nets' sizes."""
+    return [
         ("train.iterations", cfg.train.iterations >= 1),
         ("train.traversals", cfg.train.traversals >= 1),
         ("train.batch_size", cfg.train.batch_size >= 1),
@@ -353,6 +367,12 @@ def validate(cfg):
         ("train.average", cfg.train.average in ("network", "sdcfr")),
         ("train.device", cfg.train.device in ("auto", "cpu") or cfg.train.device.startswith("cuda")),
         ("network.hidden", len(cfg.network.hidden) >= 1 and all(isinstance(h, int) and h >= 1 for h in cfg.network.hidden)),
+    ]
+
+
+def _service_checks(cfg):
+    """The services: workers, batcher, jobs."""
+    return [
         ("service.workers", cfg.service.workers >= 0),
         ("service.label_workers", cfg.service.label_workers >= 0),
         ("service.worker_threads", cfg.service.worker_threads >= 1),
@@ -363,6 +383,12 @@ def validate(cfg):
         ("service.autocast", cfg.service.autocast in ("none", "bf16", "fp16")),
         ("service.batcher_transport", cfg.service.batcher_transport in ("ipc", "tcp")),
         ("service.adv_dtype", cfg.service.adv_dtype in ("float32", "float16")),
+    ]
+
+
+def _prior_checks(cfg):
+    """The warm start, the value net and expert iteration."""
+    return [
         ("train.warm_start_games", cfg.train.warm_start_games >= 0),
         ("train.warm_start_weight", cfg.train.warm_start_weight > 0),
         ("train.warm_start_advantage", cfg.train.warm_start_advantage > 0),
@@ -384,6 +410,12 @@ def validate(cfg):
         ("train.warm_start_budget_s", math.isfinite(cfg.train.warm_start_budget_s) and cfg.train.warm_start_budget_s >= 0),
         ("train.warm_start_pretrain_budget_s", math.isfinite(cfg.train.warm_start_pretrain_budget_s)
          and cfg.train.warm_start_pretrain_budget_s >= 0),
+    ]
+
+
+def _stage_checks(cfg):
+    """The time limit and the self-play stage."""
+    return [
         ("train.time_limit_s", math.isfinite(cfg.train.time_limit_s) and cfg.train.time_limit_s >= 0),
         ("train.selfplay_budget_s", math.isfinite(cfg.train.selfplay_budget_s) and cfg.train.selfplay_budget_s >= 0),
         ("train.selfplay_lr", math.isfinite(cfg.train.selfplay_lr) and cfg.train.selfplay_lr > 0),
@@ -395,6 +427,12 @@ def validate(cfg):
          and cfg.train.selfplay_checkpoint_s >= 0),
         ("train.selfplay_epochs", cfg.train.selfplay_epochs >= 1),
         ("train.selfplay_autocast", cfg.train.selfplay_autocast in ("auto", "none", "bf16")),
+    ]
+
+
+def _eval_checks(cfg):
+    """Evaluation, checkpoints and the traversal."""
+    return [
         ("eval.every", cfg.eval.every >= 0),
         ("eval.lc_games", cfg.eval.lc_games >= 0),
         ("eval.opponents", all(o in ("random", "heuristic", "cautious") for o in cfg.eval.opponents)),
@@ -407,10 +445,10 @@ def validate(cfg):
         ("traversal.fallback", cfg.traversal.fallback in ("argmax", "uniform")),
         ("traversal.epsilon", 0.0 <= cfg.traversal.epsilon <= 1.0),
     ]
-    for name, ok in checks:
-        if not ok:
-            section, key = name.split(".")
-            raise ConfigError(f"config {name}: bad value {getattr(getattr(cfg, section), key)!r}")
+
+
+def _check_game_rules(cfg):
+    """Rules between fields: what the game allows, the warm-start budgets, the value cutoff."""
     if cfg.train.average == "sdcfr" and cfg.game.name not in ("kuhn_poker", "leduc_poker"):
         raise ConfigError(f"config train.average: sdcfr needs a game whose info states can be listed "
                           f"(kuhn_poker, leduc_poker), not {cfg.game.name}; use network")
@@ -433,6 +471,10 @@ def validate(cfg):
         raise ConfigError("config train.value_labels: search learns the lookahead teacher's values, which needs "
                           "train.warm_start_worlds > 0 (the heuristic teacher values no moves); or set "
                           "train.value_labels to outcome or both")
+
+
+def _check_prior_rules(cfg):
+    """Rules between fields: what expert iteration, a lasting prior, the value net and the self-play stage need."""
     if cfg.train.exit_rounds > 0 and (cfg.train.warm_start_games == 0 or cfg.train.warm_start_share == 0):
         raise ConfigError(f"config train.exit_rounds: expert iteration pools its labels with the warm start's in a "
                           f"lasting prior; it needs train.warm_start_games > 0 and train.warm_start_share > 0 "

@@ -262,63 +262,78 @@ class Trainer:
         lasting prior. The rows of round r are kept in exit_rows_r.npz, so a
         resumed run (pretrain False) reads them back into its prior. Returns
         the pooled (adv, strat) rows."""
+        for r in range(1, self.cfg.train.exit_rounds + 1):
+            pooled = self._exit_round(r, adv, strat, pretrain)
+            if pooled is None:
+                break
+            adv, strat = pooled
+        return adv, strat
+
+    def _exit_round(self, r, adv, strat, pretrain):
+        """Expert-iteration round r: label the agent's games (or read them
+        back), pool them with (adv, strat) into the prior, and with pretrain
+        train fresh nets on the pool. Returns the pooled rows, or None for a
+        resumed run without the round's rows."""
         from trainer.learn import label_error
         from trainer.warmstart import blueprint_of, exit_split_seed, heuristic_rows, hold_out_games
         tr = self.cfg.train
-        for r in range(1, tr.exit_rounds + 1):
-            t0 = time.monotonic()
-            tag = f"_exit{r}"
-            what = f"a {tr.exit_worlds}-world search over the agent's top {tr.exit_topk} moves"
-            budget = f", budget {tr.exit_budget_s:g} s" if tr.exit_budget_s > 0 else ""
-            bar = self._bar(total=tr.exit_games, desc=f"expert iteration {r}: label ({what}{budget})", unit="game",
-                            budget_s=tr.exit_budget_s or None) if pretrain else None
-            stats = {}
-            cache = self.run_dir / f"exit_rows_{r}.npz"
-            if not pretrain and not cache.exists():
-                self.log(f"expert iteration {r}: no {cache.name} to read back; the prior keeps the earlier rounds")
-                break
-            new_adv, new_strat = heuristic_rows(
-                self.game, tr.exit_games, seed=exit_deals_seed(self.cfg.run.seed, r),
-                advantage=tr.warm_start_advantage, worlds=tr.exit_worlds, explore=tr.warm_start_explore,
-                progress=None if bar is None else bar.update, cache=cache, budget_s=tr.exit_budget_s, stats=stats,
-                stage=self.labels,
-                blueprint=blueprint_of(self.nets["strategy"]), topk=tr.exit_topk, round=r)
-            if bar is not None:
-                bar.close()
-            # a tenth of the round's games is held out whole, to score the fresh nets on games they never saw
-            new_adv, new_strat, test, held = hold_out_games(new_adv, new_strat, 0.1, exit_split_seed(self.cfg, r))
-            if pretrain:
-                before = label_error(self.nets["strategy"], test)       # the agent whose games these are
-                self.warm_start_info.update({f"exit_heldout_agent_{k}_{r}": v for k, v in before.items()})
-            adv = {p: {k: np.concatenate([adv[p][k], new_adv[p][k]]) for k in adv[p]} for p in (0, 1)}
-            strat = {k: np.concatenate([strat[k], new_strat[k]]) for k in strat}
-            self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
-            self.warm_start_info[f"exit_games_labelled_{r}"] = stats["games"]
-            self.warm_start_info[f"exit_decisions_{r}"] = len(new_strat["weight"])
-            if not stats["cached"]:
-                self.warm_start_info[f"exit_label_s_{r}"] = stats["seconds"]
-            source = f"read back from {cache}" if stats["cached"] else f"in {stats['seconds']:.0f} s" + (
-                f" (the budget of {tr.exit_budget_s:g} s stopped it)" if stats["budget_hit"] else "")
-            self.log(f"expert iteration {r}: {stats['games']} games of the agent labelled by {what}, {source}; "
-                     f"{len(held)} held out, {len(new_strat['weight'])} decisions join the pool, which holds "
-                     f"{len(strat['weight'])}")
-            if not pretrain:
-                continue
-            # a fresh net on the pooled labels, not the last round's net fine-tuned
-            torch.manual_seed(exit_nets_seed(self.cfg.run.seed, r))
-            for name in self.nets:
-                self.nets[name] = self._new_net()
-                self.optimizers[name] = _adam(self.nets[name], tr.lr)
-            trained = self._pretrain({name: self._memory(name) for name in self.nets}, tag)
-            score = label_error(self.nets["strategy"], test)
-            self.warm_start_info.update({f"exit_heldout_{k}_{r}": v for k, v in score.items()})
-            self.log(f"expert iteration {r}: fresh nets, {trained}; "
-                     f"the round took {time.monotonic() - t0:.0f} s")
-            self.log(f"expert iteration {r}: on {len(held)} held-out games of the round the search's move is the "
-                     f"most likely of the fresh strategy net at {score['agree']:.1%} of the decisions (the agent "
-                     f"that played them: {before['agree']:.1%}); squared error {score['mse']:.4g} (the agent "
-                     f"{before['mse']:.4g}, the uniform policy {score['uniform_mse']:.4g})")
+        t0 = time.monotonic()
+        what = f"a {tr.exit_worlds}-world search over the agent's top {tr.exit_topk} moves"
+        budget = f", budget {tr.exit_budget_s:g} s" if tr.exit_budget_s > 0 else ""
+        bar = self._bar(total=tr.exit_games, desc=f"expert iteration {r}: label ({what}{budget})", unit="game",
+                        budget_s=tr.exit_budget_s or None) if pretrain else None
+        stats = {}
+        cache = self.run_dir / f"exit_rows_{r}.npz"
+        if not pretrain and not cache.exists():
+            self.log(f"expert iteration {r}: no {cache.name} to read back; the prior keeps the earlier rounds")
+            return None
+        new_adv, new_strat = heuristic_rows(
+            self.game, tr.exit_games, seed=exit_deals_seed(self.cfg.run.seed, r),
+            advantage=tr.warm_start_advantage, worlds=tr.exit_worlds, explore=tr.warm_start_explore,
+            progress=None if bar is None else bar.update, cache=cache, budget_s=tr.exit_budget_s, stats=stats,
+            stage=self.labels,
+            blueprint=blueprint_of(self.nets["strategy"]), topk=tr.exit_topk, round=r)
+        if bar is not None:
+            bar.close()
+        # a tenth of the round's games is held out whole, to score the fresh nets on games they never saw
+        new_adv, new_strat, test, held = hold_out_games(new_adv, new_strat, 0.1, exit_split_seed(self.cfg, r))
+        if pretrain:
+            before = label_error(self.nets["strategy"], test)       # the agent whose games these are
+            self.warm_start_info.update({f"exit_heldout_agent_{k}_{r}": v for k, v in before.items()})
+        adv = {p: {k: np.concatenate([adv[p][k], new_adv[p][k]]) for k in adv[p]} for p in (0, 1)}
+        strat = {k: np.concatenate([strat[k], new_strat[k]]) for k in strat}
+        self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
+        self.warm_start_info[f"exit_games_labelled_{r}"] = stats["games"]
+        self.warm_start_info[f"exit_decisions_{r}"] = len(new_strat["weight"])
+        if not stats["cached"]:
+            self.warm_start_info[f"exit_label_s_{r}"] = stats["seconds"]
+        source = f"read back from {cache}" if stats["cached"] else f"in {stats['seconds']:.0f} s" + (
+            f" (the budget of {tr.exit_budget_s:g} s stopped it)" if stats["budget_hit"] else "")
+        self.log(f"expert iteration {r}: {stats['games']} games of the agent labelled by {what}, {source}; "
+                 f"{len(held)} held out, {len(new_strat['weight'])} decisions join the pool, which holds "
+                 f"{len(strat['weight'])}")
+        if pretrain:
+            self._exit_fresh_nets(r, test, len(held), before, t0)
         return adv, strat
+
+    def _exit_fresh_nets(self, r, test, held, before, t0):
+        """Fresh nets pretrained on the pooled prior (not the last round's
+        fine-tuned), scored on the round's `held` held-out games (`test`)
+        against the agent that played them (`before`)."""
+        from trainer.learn import label_error
+        torch.manual_seed(exit_nets_seed(self.cfg.run.seed, r))
+        for name in self.nets:
+            self.nets[name] = self._new_net()
+            self.optimizers[name] = _adam(self.nets[name], self.cfg.train.lr)
+        trained = self._pretrain({name: self._memory(name) for name in self.nets}, f"_exit{r}")
+        score = label_error(self.nets["strategy"], test)
+        self.warm_start_info.update({f"exit_heldout_{k}_{r}": v for k, v in score.items()})
+        self.log(f"expert iteration {r}: fresh nets, {trained}; "
+                 f"the round took {time.monotonic() - t0:.0f} s")
+        self.log(f"expert iteration {r}: on {held} held-out games of the round the search's move is the "
+                 f"most likely of the fresh strategy net at {score['agree']:.1%} of the decisions (the agent "
+                 f"that played them: {before['agree']:.1%}); squared error {score['mse']:.4g} (the agent "
+                 f"{before['mse']:.4g}, the uniform policy {score['uniform_mse']:.4g})")
 
     def _train_value(self, adv):
         """Train the value net on the warm start's games (trainer/value.py); its metrics."""
