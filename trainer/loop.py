@@ -83,6 +83,7 @@ class Trainer:
         self.sdcfr = None
         self.prior = None                 # warm-start rows kept apart (train.warm_start_share > 0)
         self.labels = None                # run()'s label stage: the workers label (None: this process)
+        self.warm_start_info = {}         # the warm start's and expert iteration's figures (_warm_start fills it)
         if cfg.train.average == "sdcfr":
             from agents.sdcfr import TabularAverage
             self.sdcfr = TabularAverage(self.game, cfg.traversal.fallback)
