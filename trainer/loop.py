@@ -43,8 +43,8 @@ def _device(name):
 
 
 def _adam(net, lr):
-    """Adam, with the fused kernel (about 10% less time per step for small
-    nets on CPU) on the devices that have one."""
+    """Adam, with the fused kernel on the devices that have one (less time a step
+    for small nets on the CPU: docs/benchmarks.md, "Lost Cities training steps")."""
     device = next(net.parameters()).device
     fused = device.type in ("cpu", "cuda")
     return torch.optim.Adam(net.parameters(), lr=lr, fused=fused)
