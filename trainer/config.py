@@ -77,7 +77,7 @@ class TrainSection:
     warm_start_steps: int = 1000
     """SGD steps per net on the warm-start memories before iteration 1."""
     warm_start_worlds: int = 0
-    """0: label each warm-start decision with the heuristic's move. K > 0: with the move of a one-step lookahead over K redealt worlds with heuristic playouts (a depth-1 cutoff's regret averaged over K worlds; agents.searcher), which also plays the warm-start games. Costs about 2.6 ms a decision at 64 worlds."""
+    """0: label each warm-start decision with the heuristic's move. K > 0: with the move of a one-step lookahead over K redealt worlds with heuristic playouts (a depth-1 cutoff's regret averaged over K worlds; agents.searcher), which also plays the warm-start games. Its cost a decision grows with K (the figure at 64 worlds: docs/benchmarks.md, "Label jobs: the prior on the workers")."""
     warm_start_explore: float = 0.0
     """Share of warm-start moves played uniformly at random (still labelled with the teacher's move), so the prior also covers states off the teacher's path."""
     warm_start_budget_s: float = 0.0
@@ -109,11 +109,11 @@ class TrainSection:
     selfplay_budget_s: float = 0.0
     """Lost Cities: the last this-many seconds of the run fine-tune the strategy net (the agent) by PPO self-play (trainer/selfplay.py), after the last CFR iteration's strategy training and before the final evaluation and checkpoint (0 = none). With time_limit_s, CFR stops early enough to leave it, and it gets at most what is left of the limit. A resumed run's next strategy training starts again from the CFR memories, so resume only runs whose self-play is still to come."""
     selfplay_lr: float = 2e-4
-    """Adam learning rate of the self-play fine-tuning (trainer.selfplay.SelfPlaySettings.lr). At 5e-5 a wave moved the policy by a mean KL of under 0.001; 2e-4 gave more in the recipe's 22 minutes (docs/studies/2026-12-03-selfplay-lr.md)."""
+    """Adam learning rate of the self-play fine-tuning (trainer.selfplay.SelfPlaySettings.lr). A smaller rate moved the policy so little a wave that the step, not PPO's clip, bounded what a wave taught; this one gave a stronger agent in the recipe's stage (docs/studies/2026-12-03-selfplay-lr.md)."""
     selfplay_lr_hold_s: float = -1.0
     """-1: the self-play's learning rate is selfplay_lr throughout. Otherwise it holds selfplay_lr for this many seconds of the stage and then falls linearly to 0 at the stage's end (trainer.selfplay.scheduled_lr); a stage no longer than this never decays, so a longer run keeps a shorter run's first seconds."""
     selfplay_threads: int = 0
-    """torch CPU threads of the self-play update, which runs while the local workers and the batcher play the next wave beside it. 0: the cores less the local workers and the embedded batcher's threads, at least 1 (1 on the 2-core box with one worker): more threads than cores left make the update's threads spin against the players (8 policy waves took 26.6 s with 2 threads against 11.1 s with 1 on the 2-core box, 2026-12-06, benchmarks.lc_selfplay --threads)."""
+    """torch CPU threads of the self-play update, which runs while the local workers and the batcher play the next wave beside it. 0: the cores less the local workers and the embedded batcher's threads, at least 1 (1 on the 2-core box with one worker): more threads than cores left make the update's threads spin against the players and the stage slower (docs/benchmarks.md, "Self-play on the workers")."""
     selfplay_checkpoint_s: float = 300.0
     """A checkpoint every this many seconds of the self-play stage (0: only at its end), holding the strategy net, the critic and both optimisers: a run killed in the stage resumes it there (--resume, --auto-resume), and the stage's budget and the time limit count the time the run had spent."""
     selfplay_games: int = 512
@@ -121,7 +121,7 @@ class TrainSection:
     selfplay_epochs: int = 2
     """PPO passes over each self-play wave."""
     selfplay_autocast: str = "auto"
-    """The self-play nets' forwards (playing, the critic's values and the PPO update): bf16 (bfloat16 matrix products, float32 weights and losses), none (float32), or auto: bf16 on a CPU that multiplies bfloat16 in hardware (AVX512-BF16 or AMX) with oneDNN not capped below it (ONEDNN_MAX_CPU_ISA), none elsewhere: on other CPUs bfloat16 is emulated and slower, and on a GPU the waves' small forwards are bound by their launches. On the 2-core AMD EPYC box with AVX512-BF16, bf16 played 1.65 times as many waves as float32 in the same minutes; on an H200, 0.74 times (2026-12-04, python -m benchmarks.lc_selfplay RUN --speed-waves N; docs/benchmarks.md)."""
+    """The self-play nets' forwards (playing, the critic's values and the PPO update): bf16 (bfloat16 matrix products, float32 weights and losses), none (float32), or auto: bf16 on a CPU that multiplies bfloat16 in hardware (AVX512-BF16 or AMX) with oneDNN not capped below it (ONEDNN_MAX_CPU_ISA), none elsewhere: on other CPUs bfloat16 is emulated and slower, and on a GPU the waves' small forwards are bound by their launches, so bf16 plays more waves in the same minutes on such a CPU and fewer on a GPU (docs/benchmarks.md, "Lost Cities training steps")."""
 
 
 @dataclass
@@ -155,13 +155,13 @@ class ServiceSection:
     max_wait_us: int = 500
     """Embedded batcher: longest wait after the oldest queued row."""
     autocast: str = "none"
-    """Embedded batcher: none, bf16 or fp16 forward (bf16 is ~3x faster on AVX512-BF16 CPUs)."""
+    """Embedded batcher: none, bf16 or fp16 forward (bf16 is the faster on CPUs that multiply bfloat16 in hardware, AVX512-BF16; docs/benchmarks.md, "Batcher and end to end")."""
     max_restarts: int = 3
     """Restarts of local children (the batcher and the workers together, in every phase) allowed over a trainer process's run before it stops with an error (trainer/supervise.py)."""
     curve_keys: str = ""
     """Directory of CURVE keys (python -m batcher.keys DIR): authenticate batcher, jobs and workers."""
     adv_dtype: str = "float32"
-    """dtype the batcher answers local workers in: float32 (exact: the samples of an in-process traversal) or float16 (half the answer bytes; advantages rounded to 11 significant bits, so sampled actions can differ; no faster on the H200 box, docs/benchmarks.md)."""
+    """dtype the batcher answers local workers in: float32 (exact: the samples of an in-process traversal) or float16 (half the answer bytes; advantages rounded to 11 significant bits, so sampled actions can differ; no faster on the H200 box, docs/benchmarks.md, "GPU box: one H200, 16 cores")."""
     heartbeat_timeout_s: float = 60.0
     """A worker silent this long while holding a job is presumed dead; its job is handed out again."""
 
@@ -333,13 +333,27 @@ def apply_overrides(cfg, overrides):
 
 
 def validate(cfg):
-    """Range checks that types alone do not catch."""
+    """Range checks that types alone do not catch: the game, each field's
+    range (the first bad one named), then the rules between fields."""
     import engine
     try:
         engine.load_game(cfg.game.name, **cfg.game.params)
     except ValueError as e:
         raise ConfigError(f"config game: {e}") from None
-    checks = [
+    checks = _train_checks(cfg) + _service_checks(cfg) + _prior_checks(cfg) + _stage_checks(cfg) + _eval_checks(cfg)
+    for name, ok in checks:
+        if not ok:
+            section, key = name.split(".")
+            raise ConfigError(f"config {name}: bad value {getattr(getattr(cfg, section), key)!r}")
+    _check_game_rules(cfg)
+    _check_prior_rules(cfg)
+
+
+# (key, ok) pairs: each field's range check, a section at a time, in the order validate reports them
+
+def _train_checks(cfg):
+    """The CFR loop's fields and the nets' sizes."""
+    return [
         ("train.iterations", cfg.train.iterations >= 1),
         ("train.traversals", cfg.train.traversals >= 1),
         ("train.batch_size", cfg.train.batch_size >= 1),
@@ -353,6 +367,12 @@ def validate(cfg):
         ("train.average", cfg.train.average in ("network", "sdcfr")),
         ("train.device", cfg.train.device in ("auto", "cpu") or cfg.train.device.startswith("cuda")),
         ("network.hidden", len(cfg.network.hidden) >= 1 and all(isinstance(h, int) and h >= 1 for h in cfg.network.hidden)),
+    ]
+
+
+def _service_checks(cfg):
+    """The services: workers, batcher, jobs."""
+    return [
         ("service.workers", cfg.service.workers >= 0),
         ("service.label_workers", cfg.service.label_workers >= 0),
         ("service.worker_threads", cfg.service.worker_threads >= 1),
@@ -363,6 +383,12 @@ def validate(cfg):
         ("service.autocast", cfg.service.autocast in ("none", "bf16", "fp16")),
         ("service.batcher_transport", cfg.service.batcher_transport in ("ipc", "tcp")),
         ("service.adv_dtype", cfg.service.adv_dtype in ("float32", "float16")),
+    ]
+
+
+def _prior_checks(cfg):
+    """The warm start, the value net and expert iteration."""
+    return [
         ("train.warm_start_games", cfg.train.warm_start_games >= 0),
         ("train.warm_start_weight", cfg.train.warm_start_weight > 0),
         ("train.warm_start_advantage", cfg.train.warm_start_advantage > 0),
@@ -384,6 +410,12 @@ def validate(cfg):
         ("train.warm_start_budget_s", math.isfinite(cfg.train.warm_start_budget_s) and cfg.train.warm_start_budget_s >= 0),
         ("train.warm_start_pretrain_budget_s", math.isfinite(cfg.train.warm_start_pretrain_budget_s)
          and cfg.train.warm_start_pretrain_budget_s >= 0),
+    ]
+
+
+def _stage_checks(cfg):
+    """The time limit and the self-play stage."""
+    return [
         ("train.time_limit_s", math.isfinite(cfg.train.time_limit_s) and cfg.train.time_limit_s >= 0),
         ("train.selfplay_budget_s", math.isfinite(cfg.train.selfplay_budget_s) and cfg.train.selfplay_budget_s >= 0),
         ("train.selfplay_lr", math.isfinite(cfg.train.selfplay_lr) and cfg.train.selfplay_lr > 0),
@@ -395,6 +427,12 @@ def validate(cfg):
          and cfg.train.selfplay_checkpoint_s >= 0),
         ("train.selfplay_epochs", cfg.train.selfplay_epochs >= 1),
         ("train.selfplay_autocast", cfg.train.selfplay_autocast in ("auto", "none", "bf16")),
+    ]
+
+
+def _eval_checks(cfg):
+    """Evaluation, checkpoints and the traversal."""
+    return [
         ("eval.every", cfg.eval.every >= 0),
         ("eval.lc_games", cfg.eval.lc_games >= 0),
         ("eval.opponents", all(o in ("random", "heuristic", "cautious") for o in cfg.eval.opponents)),
@@ -407,10 +445,10 @@ def validate(cfg):
         ("traversal.fallback", cfg.traversal.fallback in ("argmax", "uniform")),
         ("traversal.epsilon", 0.0 <= cfg.traversal.epsilon <= 1.0),
     ]
-    for name, ok in checks:
-        if not ok:
-            section, key = name.split(".")
-            raise ConfigError(f"config {name}: bad value {getattr(getattr(cfg, section), key)!r}")
+
+
+def _check_game_rules(cfg):
+    """Rules between fields: what the game allows, the warm-start budgets, the value cutoff."""
     if cfg.train.average == "sdcfr" and cfg.game.name not in ("kuhn_poker", "leduc_poker"):
         raise ConfigError(f"config train.average: sdcfr needs a game whose info states can be listed "
                           f"(kuhn_poker, leduc_poker), not {cfg.game.name}; use network")
@@ -433,6 +471,10 @@ def validate(cfg):
         raise ConfigError("config train.value_labels: search learns the lookahead teacher's values, which needs "
                           "train.warm_start_worlds > 0 (the heuristic teacher values no moves); or set "
                           "train.value_labels to outcome or both")
+
+
+def _check_prior_rules(cfg):
+    """Rules between fields: what expert iteration, a lasting prior, the value net and the self-play stage need."""
     if cfg.train.exit_rounds > 0 and (cfg.train.warm_start_games == 0 or cfg.train.warm_start_share == 0):
         raise ConfigError(f"config train.exit_rounds: expert iteration pools its labels with the warm start's in a "
                           f"lasting prior; it needs train.warm_start_games > 0 and train.warm_start_share > 0 "

@@ -267,6 +267,7 @@ class JobServer:
         return ph["complete"]
 
     def _handle(self, frames, by_id, done, job_config, progress):
+        """One message from a worker: its greeting, its readiness, or news of the job it holds."""
         ident = frames[0].bytes
         try:
             header = P.unpack_header(frames[1].buffer)
@@ -289,45 +290,54 @@ class JobServer:
             if job is None or header.get("job") != job.job_id:
                 return   # a message about a job this worker no longer holds
             if kind == SAMPLES:
-                try:
-                    if header.get("kind", "adv") not in job.staged:
-                        raise P.ProtocolError("bad_header", f"sample kind {header.get('kind')!r} is not one of "
-                                                            f"this job's: {', '.join(job.kinds)}")
-                    arrays = unpack_arrays(header.get("arrays"), [f.buffer for f in frames[2:]])
-                    if len({len(v) for v in arrays.values()}) > 1:
-                        raise P.ProtocolError("bad_shape", "the chunk's columns differ in length")
-                    if job.check is not None:
-                        job.check(header.get("kind", "adv"), arrays)
-                except (P.ProtocolError, ValueError) as e:
-                    self._log(f"bad sample chunk from worker pid {w['pid']} ({job.kind} job {job.job_id}, "
-                              f"kind {header.get('kind', 'adv')!r}): {e}")
-                    return
-                job.staged[header.get("kind", "adv")].append({k: v.copy() for k, v in arrays.items()})
+                self._stage_samples(w, job, header, frames)
             elif kind == HEARTBEAT:
                 n = int(header.get("done", header.get("traversals_done", job.progress)))
                 if progress is not None and n > job.progress:
                     progress(n - job.progress)
                 job.progress = n
             elif kind == DONE:
-                counts = header.get("counts", [])
-                staged = job.staged_rows()
-                if counts != staged:
-                    self._requeue_worker(ident, f"sample counts {staged} disagree with the worker's {counts}")
-                    return
-                units = header.get("units", job.units)
-                if not (isinstance(units, int) and not isinstance(units, bool) and 0 <= units <= job.units):
-                    self._requeue_worker(ident, f"done with {units!r} units of a job of {job.units}")
-                    return
-                job.finished = units
-                if progress is not None and units > job.progress:
-                    progress(units - job.progress)
-                w["job"] = None
-                done[job.job_id] = job
-                self.waiting[ident] = True      # a worker that finished is ready for more
-                self._dispatch()
+                self._finish_job(ident, w, job, header, done, progress)
             elif kind == FAILED:
                 self.failures.append(f"pid {w['pid']}: {header.get('error')}")
                 self._requeue_worker(ident, "worker reported a failure")
+
+    def _stage_samples(self, w, job, header, frames):
+        """Stage a SAMPLES chunk of worker `w`'s job, or log and drop it if its kind or columns are bad."""
+        try:
+            if header.get("kind", "adv") not in job.staged:
+                raise P.ProtocolError("bad_header", f"sample kind {header.get('kind')!r} is not one of "
+                                                    f"this job's: {', '.join(job.kinds)}")
+            arrays = unpack_arrays(header.get("arrays"), [f.buffer for f in frames[2:]])
+            if len({len(v) for v in arrays.values()}) > 1:
+                raise P.ProtocolError("bad_shape", "the chunk's columns differ in length")
+            if job.check is not None:
+                job.check(header.get("kind", "adv"), arrays)
+        except (P.ProtocolError, ValueError) as e:
+            self._log(f"bad sample chunk from worker pid {w['pid']} ({job.kind} job {job.job_id}, "
+                      f"kind {header.get('kind', 'adv')!r}): {e}")
+            return
+        job.staged[header.get("kind", "adv")].append({k: v.copy() for k, v in arrays.items()})
+
+    def _finish_job(self, ident, w, job, header, done, progress):
+        """A DONE from worker `ident`: the job joins `done` if its counts and
+        units agree with what was staged, else it is handed out again."""
+        counts = header.get("counts", [])
+        staged = job.staged_rows()
+        if counts != staged:
+            self._requeue_worker(ident, f"sample counts {staged} disagree with the worker's {counts}")
+            return
+        units = header.get("units", job.units)
+        if not (isinstance(units, int) and not isinstance(units, bool) and 0 <= units <= job.units):
+            self._requeue_worker(ident, f"done with {units!r} units of a job of {job.units}")
+            return
+        job.finished = units
+        if progress is not None and units > job.progress:
+            progress(units - job.progress)
+        w["job"] = None
+        done[job.job_id] = job
+        self.waiting[ident] = True      # a worker that finished is ready for more
+        self._dispatch()
 
     def _dispatch(self):
         """Give pending jobs to workers waiting for one."""

@@ -57,13 +57,7 @@ class LabelStage:
         T, A = game.information_state_tensor_size(), game.num_distinct_actions()
         workers = max(1, self.workers, self.server.live_workers())
         size = max(1, min(MAX_GAMES_PER_JOB if deadline is None else GAMES_PER_JOB, len(seeds) // workers))
-        fields = {"round": int(round), "worlds": int(worlds), "explore": float(explore), "topk": int(topk),
-                  "deadline": deadline}
-        arrays = {}
-        if blueprint is not None:
-            fields["net_spec"] = dict(blueprint["net_spec"])
-            arrays = {f"blueprint/{n}": np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v,
-                                                   dtype=np.float32) for n, v in blueprint["state"].items()}
+        fields, arrays = _job_fields(worlds, explore, deadline, blueprint, topk, round)
         starts = iter(range(0, len(seeds), size))
         made = [0]
 
@@ -99,6 +93,12 @@ class LabelStage:
         if self.log is not None:
             self.log(f"labels: {len(seeds)} deals in {-(-len(seeds) // size)} jobs of up to {size} for the workers "
                      f"at {self.server.endpoint} ({self.workers} local)")
+        self._run_jobs(more, commit, workers, deadline, progress)
+        return [parts_of_chunks(rows, values, T, A)], sorted(kept)
+
+    def _run_jobs(self, more, commit, workers, deadline, progress):
+        """Run the label phase until every job handed out is committed.
+        more(n): up to n more jobs; commit: the job server's commit."""
         # jobs are made as they are handed out (a budget's cap may be far more deals than it lets through):
         # one waiting for each worker the server knows, beside those under way
         self.server.start_phase(more(2 * workers), self.job_config, commit, log=self.log)
@@ -114,7 +114,21 @@ class LabelStage:
                     self.server.add_jobs(jobs)
                     complete = False
             if complete:
-                return [parts_of_chunks(rows, values, T, A)], sorted(kept)
+                return
+
+
+def _job_fields(worlds, explore, deadline, blueprint, topk, round):
+    """(fields, arrays) every label job of a labelling carries: the teacher's
+    settings and the deadline, and for an expert-iteration round the agent's
+    net spec and its weights as raw float32 arrays ("blueprint/NAME")."""
+    fields = {"round": int(round), "worlds": int(worlds), "explore": float(explore), "topk": int(topk),
+              "deadline": deadline}
+    arrays = {}
+    if blueprint is not None:
+        fields["net_spec"] = dict(blueprint["net_spec"])
+        arrays = {f"blueprint/{n}": np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v,
+                                               dtype=np.float32) for n, v in blueprint["state"].items()}
+    return fields, arrays
 
 
 def _chunk_check(deals, width, actions):

@@ -29,6 +29,8 @@ from trainer.learn import advantage_loss, held_out_error, strategy_loss, train_n
 from trainer.memory import MergingMemory, ReservoirMemory
 from agents.progress import progress
 from trainer.schedule import advantage_lr, checkpoint_due, eval_due, is_first, is_last, step, strategy_due
+from trainer.seeds import (exit_deals_seed, exit_nets_seed, memory_seed, reinit_advantage_seed, strategy_memory_seed,
+                           warm_start_deals_seed)
 from trainer.summary import iteration_line
 from trainer.supervise import Supervisor, counter_growth
 
@@ -41,8 +43,8 @@ def _device(name):
 
 
 def _adam(net, lr):
-    """Adam, with the fused kernel (about 10% less time per step for small
-    nets on CPU) on the devices that have one."""
+    """Adam, with the fused kernel on the devices that have one (less time a step
+    for small nets on the CPU: docs/benchmarks.md, "Lost Cities training steps")."""
     device = next(net.parameters()).device
     fused = device.type in ("cpu", "cuda")
     return torch.optim.Adam(net.parameters(), lr=lr, fused=fused)
@@ -74,13 +76,14 @@ class Trainer:
             from trainer.symmetry import ColourAugment
             self.augment = ColourAugment(self.game)
         memory = MergingMemory if cfg.train.merge_duplicates else ReservoirMemory
-        self.adv_mem = [memory(cfg.train.adv_memory, T, A, seed=seed * 3 + p + 1) for p in (0, 1)]
-        self.strat_mem = memory(cfg.train.strategy_memory, T, A, seed=seed * 3 + 3)
+        self.adv_mem = [memory(cfg.train.adv_memory, T, A, seed=memory_seed(seed, p)) for p in (0, 1)]
+        self.strat_mem = memory(cfg.train.strategy_memory, T, A, seed=strategy_memory_seed(seed))
         self.versions = {0: 0, 1: 0}
         self.start_iteration = 1
         self.sdcfr = None
         self.prior = None                 # warm-start rows kept apart (train.warm_start_share > 0)
         self.labels = None                # run()'s label stage: the workers label (None: this process)
+        self.warm_start_info = {}         # the warm start's and expert iteration's figures (_warm_start fills it)
         if cfg.train.average == "sdcfr":
             from agents.sdcfr import TabularAverage
             self.sdcfr = TabularAverage(self.game, cfg.traversal.fallback)
@@ -179,7 +182,7 @@ class Trainer:
         # a lasting prior is kept on disk, so that a resumed run reads it back instead of playing it again
         cache = self.run_dir / "warm_start_rows.npz" if tr.warm_start_share > 0 else None
         stats = {}
-        adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=(self.cfg.run.seed + 1) * 1000003,
+        adv, strat = heuristic_rows(self.game, tr.warm_start_games, seed=warm_start_deals_seed(self.cfg.run.seed),
                                     advantage=tr.warm_start_advantage, worlds=tr.warm_start_worlds,
                                     explore=tr.warm_start_explore, progress=None if bar is None else bar.update,
                                     cache=cache, budget_s=tr.warm_start_budget_s, stats=stats, stage=self.labels)
@@ -260,63 +263,78 @@ class Trainer:
         lasting prior. The rows of round r are kept in exit_rows_r.npz, so a
         resumed run (pretrain False) reads them back into its prior. Returns
         the pooled (adv, strat) rows."""
+        for r in range(1, self.cfg.train.exit_rounds + 1):
+            pooled = self._exit_round(r, adv, strat, pretrain)
+            if pooled is None:
+                break
+            adv, strat = pooled
+        return adv, strat
+
+    def _exit_round(self, r, adv, strat, pretrain):
+        """Expert-iteration round r: label the agent's games (or read them
+        back), pool them with (adv, strat) into the prior, and with pretrain
+        train fresh nets on the pool. Returns the pooled rows, or None for a
+        resumed run without the round's rows."""
         from trainer.learn import label_error
         from trainer.warmstart import blueprint_of, exit_split_seed, heuristic_rows, hold_out_games
         tr = self.cfg.train
-        for r in range(1, tr.exit_rounds + 1):
-            t0 = time.monotonic()
-            tag = f"_exit{r}"
-            what = f"a {tr.exit_worlds}-world search over the agent's top {tr.exit_topk} moves"
-            budget = f", budget {tr.exit_budget_s:g} s" if tr.exit_budget_s > 0 else ""
-            bar = self._bar(total=tr.exit_games, desc=f"expert iteration {r}: label ({what}{budget})", unit="game",
-                            budget_s=tr.exit_budget_s or None) if pretrain else None
-            stats = {}
-            cache = self.run_dir / f"exit_rows_{r}.npz"
-            if not pretrain and not cache.exists():
-                self.log(f"expert iteration {r}: no {cache.name} to read back; the prior keeps the earlier rounds")
-                break
-            new_adv, new_strat = heuristic_rows(
-                self.game, tr.exit_games, seed=(self.cfg.run.seed + 1) * 1000003 + r * 7000001,
-                advantage=tr.warm_start_advantage, worlds=tr.exit_worlds, explore=tr.warm_start_explore,
-                progress=None if bar is None else bar.update, cache=cache, budget_s=tr.exit_budget_s, stats=stats,
-                stage=self.labels,
-                blueprint=blueprint_of(self.nets["strategy"]), topk=tr.exit_topk, round=r)
-            if bar is not None:
-                bar.close()
-            # a tenth of the round's games is held out whole, to score the fresh nets on games they never saw
-            new_adv, new_strat, test, held = hold_out_games(new_adv, new_strat, 0.1, exit_split_seed(self.cfg, r))
-            if pretrain:
-                before = label_error(self.nets["strategy"], test)       # the agent whose games these are
-                self.warm_start_info.update({f"exit_heldout_agent_{k}_{r}": v for k, v in before.items()})
-            adv = {p: {k: np.concatenate([adv[p][k], new_adv[p][k]]) for k in adv[p]} for p in (0, 1)}
-            strat = {k: np.concatenate([strat[k], new_strat[k]]) for k in strat}
-            self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
-            self.warm_start_info[f"exit_games_labelled_{r}"] = stats["games"]
-            self.warm_start_info[f"exit_decisions_{r}"] = len(new_strat["weight"])
-            if not stats["cached"]:
-                self.warm_start_info[f"exit_label_s_{r}"] = stats["seconds"]
-            source = f"read back from {cache}" if stats["cached"] else f"in {stats['seconds']:.0f} s" + (
-                f" (the budget of {tr.exit_budget_s:g} s stopped it)" if stats["budget_hit"] else "")
-            self.log(f"expert iteration {r}: {stats['games']} games of the agent labelled by {what}, {source}; "
-                     f"{len(held)} held out, {len(new_strat['weight'])} decisions join the pool, which holds "
-                     f"{len(strat['weight'])}")
-            if not pretrain:
-                continue
-            # a fresh net on the pooled labels, not the last round's net fine-tuned
-            torch.manual_seed(self.cfg.run.seed * 100003 + 7919 * r)
-            for name in self.nets:
-                self.nets[name] = self._new_net()
-                self.optimizers[name] = _adam(self.nets[name], tr.lr)
-            trained = self._pretrain({name: self._memory(name) for name in self.nets}, tag)
-            score = label_error(self.nets["strategy"], test)
-            self.warm_start_info.update({f"exit_heldout_{k}_{r}": v for k, v in score.items()})
-            self.log(f"expert iteration {r}: fresh nets, {trained}; "
-                     f"the round took {time.monotonic() - t0:.0f} s")
-            self.log(f"expert iteration {r}: on {len(held)} held-out games of the round the search's move is the "
-                     f"most likely of the fresh strategy net at {score['agree']:.1%} of the decisions (the agent "
-                     f"that played them: {before['agree']:.1%}); squared error {score['mse']:.4g} (the agent "
-                     f"{before['mse']:.4g}, the uniform policy {score['uniform_mse']:.4g})")
+        t0 = time.monotonic()
+        what = f"a {tr.exit_worlds}-world search over the agent's top {tr.exit_topk} moves"
+        budget = f", budget {tr.exit_budget_s:g} s" if tr.exit_budget_s > 0 else ""
+        bar = self._bar(total=tr.exit_games, desc=f"expert iteration {r}: label ({what}{budget})", unit="game",
+                        budget_s=tr.exit_budget_s or None) if pretrain else None
+        stats = {}
+        cache = self.run_dir / f"exit_rows_{r}.npz"
+        if not pretrain and not cache.exists():
+            self.log(f"expert iteration {r}: no {cache.name} to read back; the prior keeps the earlier rounds")
+            return None
+        new_adv, new_strat = heuristic_rows(
+            self.game, tr.exit_games, seed=exit_deals_seed(self.cfg.run.seed, r),
+            advantage=tr.warm_start_advantage, worlds=tr.exit_worlds, explore=tr.warm_start_explore,
+            progress=None if bar is None else bar.update, cache=cache, budget_s=tr.exit_budget_s, stats=stats,
+            stage=self.labels,
+            blueprint=blueprint_of(self.nets["strategy"]), topk=tr.exit_topk, round=r)
+        if bar is not None:
+            bar.close()
+        # a tenth of the round's games is held out whole, to score the fresh nets on games they never saw
+        new_adv, new_strat, test, held = hold_out_games(new_adv, new_strat, 0.1, exit_split_seed(self.cfg, r))
+        if pretrain:
+            before = label_error(self.nets["strategy"], test)       # the agent whose games these are
+            self.warm_start_info.update({f"exit_heldout_agent_{k}_{r}": v for k, v in before.items()})
+        adv = {p: {k: np.concatenate([adv[p][k], new_adv[p][k]]) for k in adv[p]} for p in (0, 1)}
+        strat = {k: np.concatenate([strat[k], new_strat[k]]) for k in strat}
+        self.prior = {"adv0": adv[0], "adv1": adv[1], "strategy": strat}
+        self.warm_start_info[f"exit_games_labelled_{r}"] = stats["games"]
+        self.warm_start_info[f"exit_decisions_{r}"] = len(new_strat["weight"])
+        if not stats["cached"]:
+            self.warm_start_info[f"exit_label_s_{r}"] = stats["seconds"]
+        source = f"read back from {cache}" if stats["cached"] else f"in {stats['seconds']:.0f} s" + (
+            f" (the budget of {tr.exit_budget_s:g} s stopped it)" if stats["budget_hit"] else "")
+        self.log(f"expert iteration {r}: {stats['games']} games of the agent labelled by {what}, {source}; "
+                 f"{len(held)} held out, {len(new_strat['weight'])} decisions join the pool, which holds "
+                 f"{len(strat['weight'])}")
+        if pretrain:
+            self._exit_fresh_nets(r, test, len(held), before, t0)
         return adv, strat
+
+    def _exit_fresh_nets(self, r, test, held, before, t0):
+        """Fresh nets pretrained on the pooled prior (not the last round's
+        fine-tuned), scored on the round's `held` held-out games (`test`)
+        against the agent that played them (`before`)."""
+        from trainer.learn import label_error
+        torch.manual_seed(exit_nets_seed(self.cfg.run.seed, r))
+        for name in self.nets:
+            self.nets[name] = self._new_net()
+            self.optimizers[name] = _adam(self.nets[name], self.cfg.train.lr)
+        trained = self._pretrain({name: self._memory(name) for name in self.nets}, f"_exit{r}")
+        score = label_error(self.nets["strategy"], test)
+        self.warm_start_info.update({f"exit_heldout_{k}_{r}": v for k, v in score.items()})
+        self.log(f"expert iteration {r}: fresh nets, {trained}; "
+                 f"the round took {time.monotonic() - t0:.0f} s")
+        self.log(f"expert iteration {r}: on {held} held-out games of the round the search's move is the "
+                 f"most likely of the fresh strategy net at {score['agree']:.1%} of the decisions (the agent "
+                 f"that played them: {before['agree']:.1%}); squared error {score['mse']:.4g} (the agent "
+                 f"{before['mse']:.4g}, the uniform policy {score['uniform_mse']:.4g})")
 
     def _train_value(self, adv):
         """Train the value net on the warm start's games (trainer/value.py); its metrics."""
@@ -350,7 +368,7 @@ class Trainer:
     def _train_advantage(self, p, t):
         name = f"adv{p}"
         if self.cfg.train.reinit_advantage:
-            torch.manual_seed(self.cfg.run.seed * 100003 + t * 2 + p)
+            torch.manual_seed(reinit_advantage_seed(self.cfg.run.seed, t, p))
             self.nets[name] = self._new_net()
             self.optimizers[name] = _adam(self.nets[name], self.cfg.train.lr)
         for g in self.optimizers[name].param_groups:

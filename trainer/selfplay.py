@@ -107,10 +107,9 @@ def onednn_isa_cap(environ=None):
     it, ONEDNN_MAX_CPU_ISA before DNNL_MAX_CPU_ISA, or None where neither is
     set. Under a cap below AVX512_CORE_BF16 (AVX2 or AVX512_CORE, as when a
     box without AVX-512 or without BF16 is emulated) oneDNN multiplies
-    bfloat16 by a fallback: a self-play wave took 13 times float32's under
-    AVX2 on an AMX box whose CPU flags still say bfloat16 (2026-12-06:
-    `ONEDNN_MAX_CPU_ISA=AVX2 python -m benchmarks.lc_selfplay RUN
-    --speed-waves 4`), so auto must not trust the flags there."""
+    bfloat16 by a fallback, far slower than float32 even on a box whose CPU
+    flags still say bfloat16 (docs/benchmarks.md, "Lost Cities training
+    steps"), so auto must not trust the flags there."""
     environ = os.environ if environ is None else environ
     for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
         cap = environ.get(name, "").strip()
@@ -140,11 +139,11 @@ def bf16_is_native(device, environ=None):
 def resolve_autocast(autocast, device):
     """"bf16" or "none": what `autocast` ("auto", "none", "bf16") means on
     `device`. auto is bf16 only on a CPU that multiplies bfloat16 itself,
-    where the products are most of a wave (1.65x float32's waves on the
-    AMD EPYC box). On a GPU a wave's forwards are small and bound by their
-    launches, and the casts cost more than the faster products save: on an
-    H200 a bf16 wave took 1.35x float32's (2026-12-04, docs/benchmarks.md,
-    "GPU box"), so auto is none there."""
+    where the products are most of a wave and bf16 plays more waves. On a
+    GPU a wave's forwards are small and bound by their launches, and the
+    casts cost more than the faster products save, so auto is none there
+    (docs/benchmarks.md, "Lost Cities training steps";
+    docs/studies/2026-12-04-selfplay-bf16.md)."""
     if autocast not in AUTOCASTS:
         raise ValueError(f"self-play autocast must be one of {', '.join(AUTOCASTS)}, got {autocast!r}")
     if autocast == "auto":
@@ -174,7 +173,7 @@ class SelfPlay:
         self.opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=s.critic_lr)
         # one precision for every forward: the log-probabilities recorded while playing are then the ones
-        # the update's ratios start from (bf16 halves the update's time on a CPU with AVX512-BF16)
+        # the update's ratios start from (bf16 shortens the update on a CPU with AVX512-BF16, docs/benchmarks.md)
         self.autocast = resolve_autocast(s.autocast, self.device)
         self.rng = np.random.default_rng([seed, 0x5E1F])
         self.waves = 0

@@ -123,7 +123,8 @@ class ColourAugment:
         perms = perms.astype(np.int32)
         out = dict(batch)
         for keys, (colour, base, stride) in ((("info",), self.info), (("mask", "target"), self.action)):
-            # flat destinations: one scatter through ravel() is about 3x faster than a 2-d fancy index
+            # flat destinations: one scatter through ravel() is faster than a 2-d fancy index
+            # (docs/benchmarks.md, "Lost Cities training steps")
             dst = base + stride * perms[:, colour]
             dst += (np.arange(n, dtype=np.int32) * len(base))[:, None]
             dst = dst.ravel()

@@ -157,9 +157,6 @@ def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device
     value_val_mse (of the net kept), value_train_rows, value_heldout_rows,
     value_heldout_games, value_val_games, value_steps (taken),
     value_best_step (of the weights kept), value_train_s, value_loss."""
-    import copy
-
-    from trainer.learn import train_net
     t0 = time.monotonic()
     deadline = t0 + budget_s if budget_s > 0 else None
     if labels not in LABELS:
@@ -172,8 +169,30 @@ def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device
                          "no game" + (", or its teacher (warm_start_worlds 0) values no moves" if labels == "search"
                                       else ""))
     mean = float(np.average(train["target"][:, 0], weights=train["weight"]))
-    memory = Rows(train)
-    augment = None if augment is None else info_only(augment)
+    taken, loss, best = _fit(net, optimizer, Rows(train), val, mean, steps, batch_size, device, rng, grad_clip,
+                             progress, None if augment is None else info_only(augment), deadline)
+    out, fit, searched = _held_out_errors(net, every, held, mean, device)
+    return {"value_heldout_mse": out["mse"], "value_heldout_mean_mse": out["mean_mse"],
+            "value_heldout_zero_mse": out["zero_mse"], "value_train_mse": fit["mse"],
+            "value_heldout_search_mse": None if searched is None else searched["mse"],
+            "value_heldout_search_mean_mse": None if searched is None else searched["mean_mse"],
+            "value_search_rows": int((train["kind"] == SEARCH).sum()),
+            "value_val_mse": best[0] if best[1] is not None else None,
+            "value_train_rows": len(train["weight"]), "value_heldout_rows": len(held["weight"]),
+            "value_heldout_games": len(np.unique(held["game"])), "value_val_games": len(np.unique(val["game"])),
+            "value_steps": taken, "value_best_step": best[2] if best[1] is not None else taken,
+            "value_train_s": time.monotonic() - t0, "value_loss": loss}
+
+
+def _fit(net, optimizer, memory, val, mean, steps, batch_size, device, rng, grad_clip, progress, augment, deadline):
+    """Train `net` on `memory` up to `steps` steps (or the deadline), taking
+    the validation error on `val` every CHECK_EVERY steps and stopping after
+    PATIENCE checks without a better one; the net keeps the weights of the
+    best check. Returns (steps taken, the last loss, (the best validation
+    error, its weights or None without validation rows, its step))."""
+    import copy
+
+    from trainer.learn import train_net
     taken, loss = 0, None
     best = (float("inf"), None, 0)          # (validation error, weights, step)
     since_best = 0
@@ -193,8 +212,14 @@ def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device
                 break
     if best[1] is not None:
         net.load_state_dict(best[1])
-    # the held-out error of the games' outcomes (MOVER and OBSERVER rows) against the outcome rows' mean,
-    # and apart from it that of the search's values against theirs
+    return taken, loss, best
+
+
+def _held_out_errors(net, every, held, mean, device):
+    """(held-out outcome errors, training outcome errors, held-out search
+    errors or None): the error of the games' outcomes (MOVER and OBSERVER
+    rows) against the outcome rows' mean, and apart from it that of the
+    search's values against theirs; `every`: the rows not held out."""
     outcome_train, outcome_held = _kinds(every, (MOVER, OBSERVER)), _kinds(held, (MOVER, OBSERVER))
     searched = None
     outcome_mean = _mean(outcome_train, mean)
@@ -203,16 +228,7 @@ def train_value(net, optimizer, adv_rows, value_scale, steps, batch_size, device
     search_held = _kinds(held, (SEARCH,))
     if len(search_held["weight"]):
         searched = value_errors(net, search_held, _mean(_kinds(every, (SEARCH,)), mean), device)
-    return {"value_heldout_mse": out["mse"], "value_heldout_mean_mse": out["mean_mse"],
-            "value_heldout_zero_mse": out["zero_mse"], "value_train_mse": fit["mse"],
-            "value_heldout_search_mse": None if searched is None else searched["mse"],
-            "value_heldout_search_mean_mse": None if searched is None else searched["mean_mse"],
-            "value_search_rows": int((train["kind"] == SEARCH).sum()),
-            "value_val_mse": best[0] if best[1] is not None else None,
-            "value_train_rows": len(train["weight"]), "value_heldout_rows": len(held["weight"]),
-            "value_heldout_games": len(np.unique(held["game"])), "value_val_games": len(np.unique(val["game"])),
-            "value_steps": taken, "value_best_step": best[2] if best[1] is not None else taken,
-            "value_train_s": time.monotonic() - t0, "value_loss": loss}
+    return out, fit, searched
 
 
 def _kinds(rows, kinds):

@@ -49,6 +49,7 @@ only; nothing in training treats it as the opponent to beat.
 import numpy as np
 
 from agents.labels import OBSERVER, SEARCH, SEARCH_OTHERS  # noqa: F401 (the value rows' kinds, re-exported)
+from trainer.seeds import exit_heldout_seed
 
 
 def teacher_name(tr):
@@ -133,46 +134,15 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
     back), "budget_hit" (the budget stopped the labelling) and "cached"
     (read back).
 
-    The advantage rows also carry, for the value net (trainer.value), the
-    outcome (float32: the row's game's final return for its player, raw
-    points) and game (int64: the game's deal seed) of every row, and the
-    player's further value rows (agents.labels), in columns of their own
-    length: value_info (uint8), value_points (float32, raw points),
-    value_game (int64) and value_kind (int8: OBSERVER or SEARCH)."""
-    import math
+    The advantage rows also carry the value net's columns (_rows says which)."""
     import time
-    if not hasattr(game, "heuristic_action"):
-        raise ValueError(f"{game.name} has no rule-based policy to warm-start from")
-    if blueprint is not None and (worlds < 1 or topk < 0 or round < 1):
-        raise ValueError(f"an expert-iteration round needs worlds >= 1, topk >= 0 and round >= 1, got {worlds}, "
-                         f"{topk} and {round}")
-    if worlds < 0 or not 0.0 <= explore < 1.0:
-        raise ValueError(f"worlds must be >= 0 and explore in [0, 1), got {worlds} and {explore}")
-    if not (math.isfinite(budget_s) and budget_s >= 0):
-        raise ValueError(f"the warm start's budget must be a number of seconds >= 0 (0: none), got {budget_s}")
+    _check_args(game, worlds, explore, budget_s, blueprint, topk, round)
     t0 = time.monotonic()
     seeds = list(range(seed, seed + games))
-    params = dict(game.params)
-    # format 2: the lookahead's worlds come from a stream per decision (SearchPlayer.decision_rng);
-    # format 1's came from one stream per game, so its rows are not what this code plays.
-    # format 3: rows also carry their game's outcome and deal (the value net's targets);
-    # format 4: and the further value rows (the observer's view, the search's values)
-    meta = {"game": game.name, "params": params, "games": int(games), "seed": int(seed),
-            "worlds": int(worlds), "explore": float(explore), "format": 4}
-    if budget_s > 0:
-        meta["budget_s"] = float(budget_s)      # the games a budget let through are a run's own
-    if blueprint is not None:
-        meta.update(exit_round=int(round), topk=int(topk))
+    meta = _cache_meta(game, games, seed, worlds, explore, budget_s, blueprint, topk, round)
     deadline = time.time() + budget_s if budget_s > 0 else None
-    found = _read_cache(cache, meta) if cache is not None else None
-    cached = found is not None
-    if cached:
-        parts, deals = found
-        if progress is not None:
-            progress(len(deals))
-    else:
-        play = _play_here if stage is None else stage.play
-        parts, deals = play(game, seeds, worlds, explore, deadline, progress, blueprint, topk, round)
+    parts, deals, cached = _read_or_play(game, seeds, cache, meta, stage, worlds, explore, deadline, progress,
+                                         blueprint, topk, round)
     played = len(deals)
     seconds = time.monotonic() - t0
     if played == 0 and games > 0:
@@ -184,6 +154,51 @@ def heuristic_rows(game, games, seed, advantage, worlds=0, explore=0.0, progress
         stats.update(games=played, deals=deals, seconds=seconds, cached=cached,
                      budget_hit=not cached and played < games)
     return _rows(parts, advantage)
+
+
+def _read_or_play(game, seeds, cache, meta, stage, worlds, explore, deadline, progress, blueprint, topk, round):
+    """(parts, deals, cached): the rows kept in `cache` if they were made
+    with `meta`, else the deals `seeds` played by `stage` (None: here)."""
+    found = _read_cache(cache, meta) if cache is not None else None
+    if found is not None:
+        parts, deals = found
+        if progress is not None:
+            progress(len(deals))
+        return parts, deals, True
+    play = _play_here if stage is None else stage.play
+    parts, deals = play(game, seeds, worlds, explore, deadline, progress, blueprint, topk, round)
+    return parts, deals, False
+
+
+def _check_args(game, worlds, explore, budget_s, blueprint, topk, round):
+    """heuristic_rows' argument checks: a ValueError for what it cannot label."""
+    import math
+    if not hasattr(game, "heuristic_action"):
+        raise ValueError(f"{game.name} has no rule-based policy to warm-start from")
+    if blueprint is not None and (worlds < 1 or topk < 0 or round < 1):
+        raise ValueError(f"an expert-iteration round needs worlds >= 1, topk >= 0 and round >= 1, got {worlds}, "
+                         f"{topk} and {round}")
+    if worlds < 0 or not 0.0 <= explore < 1.0:
+        raise ValueError(f"worlds must be >= 0 and explore in [0, 1), got {worlds} and {explore}")
+    if not (math.isfinite(budget_s) and budget_s >= 0):
+        raise ValueError(f"the warm start's budget must be a number of seconds >= 0 (0: none), got {budget_s}")
+
+
+def _cache_meta(game, games, seed, worlds, explore, budget_s, blueprint, topk, round):
+    """What a cache of heuristic_rows' rows must have been made with to be
+    read back: the game, the deals, the teacher, the budget and the
+    expert-iteration round, and the rows' format."""
+    # format 2: the lookahead's worlds come from a stream per decision (SearchPlayer.decision_rng);
+    # format 1's came from one stream per game, so its rows are not what this code plays.
+    # format 3: rows also carry their game's outcome and deal (the value net's targets);
+    # format 4: and the further value rows (the observer's view, the search's values)
+    meta = {"game": game.name, "params": dict(game.params), "games": int(games), "seed": int(seed),
+            "worlds": int(worlds), "explore": float(explore), "format": 4}
+    if budget_s > 0:
+        meta["budget_s"] = float(budget_s)      # the games a budget let through are a run's own
+    if blueprint is not None:
+        meta.update(exit_round=int(round), topk=int(topk))
+    return meta
 
 
 def _play_here(game, seeds, worlds, explore, deadline, progress, blueprint, topk, round):
@@ -215,7 +230,14 @@ def read_rows(path, advantage):
 
 
 def _rows(parts, advantage):
-    """heuristic_rows' (adv, strategy) rows of its parts (_play_here's, the label stage's, a cache's)."""
+    """heuristic_rows' (adv, strategy) rows of its parts (_play_here's, the label stage's, a cache's).
+
+    The advantage rows also carry, for the value net (trainer.value), the
+    outcome (float32: the row's game's final return for its player, raw
+    points) and game (int64: the game's deal seed) of every row, and the
+    player's further value rows (agents.labels), in columns of their own
+    length: value_info (uint8), value_points (float32, raw points),
+    value_game (int64) and value_kind (int8: OBSERVER or SEARCH)."""
     adv = {}
     strat = []
     for p in (0, 1):
@@ -239,8 +261,8 @@ def _rows(parts, advantage):
 
 
 def exit_split_seed(cfg, r):
-    """The seed of expert-iteration round r's held-out games in a run of config `cfg`."""
-    return cfg.run.seed * 7919 + r
+    """The seed of expert-iteration round r's held-out games in a run of config `cfg` (trainer.seeds)."""
+    return exit_heldout_seed(cfg.run.seed, r)
 
 
 def hold_out_games(adv, strat, share, seed):
