@@ -1,8 +1,9 @@
 """Steady-state scaling: `python -m benchmarks.scaling --workers 1,2,4,8,16 --device auto`.
 
 `--stage selfplay` measures the self-play stage instead (games/s, what
-limits each point, the remote-worker share: benchmarks/stage_scaling.py);
-the default, `--stage cfr`, the traversals as follows.
+limits each point, the remote-worker share), `--stage labels` the prior's
+label jobs (benchmarks/stage_scaling.py); the default, `--stage cfr`, the
+traversals as follows.
 
 For each worker count N: a fresh batcher (the default Lost Cities network, or
 --hidden, or --null-forward) and N worker processes running the traversal of
@@ -454,11 +455,14 @@ def plot(rows, path, title):
 def build_parser():
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stage", choices=("cfr", "selfplay"), default="cfr",
-                    help="the stage measured: CFR's traversals (nodes/s), or self-play's games (benchmarks/stage_scaling.py)")
+    ap.add_argument("--stage", choices=("cfr", "selfplay", "labels"), default="cfr",
+                    help="the stage measured: CFR's traversals (nodes/s), self-play's or the prior's label jobs' "
+                         "games (benchmarks/stage_scaling.py)")
+    ap.add_argument("--worlds", type=int, default=64, help="--stage labels: the lookahead's worlds")
     ap.add_argument("--workers", default="1,2,4,8,16", help="worker process counts")
     ap.add_argument("--agent", default="", help="--stage selfplay: a run or checkpoint whose strategy net plays")
-    ap.add_argument("--games", type=int, default=512, help="--stage selfplay: deals a wave")
+    ap.add_argument("--games", type=int, default=512,
+                    help="--stage selfplay: deals a wave; --stage labels: games labelled a point")
     ap.add_argument("--update-waves", type=int, default=3, help="--stage selfplay: timed PPO updates")
     ap.add_argument("--update-threads", type=int, default=2, help="--stage selfplay: the update's torch threads")
     ap.add_argument("--device", default="auto")
@@ -501,9 +505,9 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    if args.stage == "selfplay":
-        from benchmarks.stage_scaling import selfplay_scaling
-        selfplay_scaling(args)
+    if args.stage != "cfr":
+        from benchmarks.stage_scaling import labels_scaling, selfplay_scaling
+        (selfplay_scaling if args.stage == "selfplay" else labels_scaling)(args)
         return
     TRAVERSAL_OVERRIDES.clear()
     TRAVERSAL_OVERRIDES.update(parse_overrides(args.set))

@@ -199,3 +199,28 @@ def selfplay_scaling(args):
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"wrote {args.out}.json")
     return rows, meta
+
+
+def labels_scaling(args):
+    """`--stage labels`: the prior's label jobs on W local workers a point
+    (benchmarks.label_rate.measure: the warm start's deals, a W-worker label
+    stage, no batcher), games/s and the scaling over W x one worker's. Label
+    jobs use neither the batcher nor the update: the workers are the limit
+    until the machine's cores run out."""
+    from benchmarks.label_rate import measure
+    rows = []
+    for w in [int(x) for x in args.workers.split(",")]:
+        out = measure(games=args.games, worlds=args.worlds, workers=w)
+        rows.append({"workers": w, "games_per_s": out["games_per_s"], "decisions": out["decisions"],
+                     "startup_s": out["startup_s"]})
+    one = rows[0]["games_per_s"] / rows[0]["workers"]
+    for r in rows:
+        r["scaling"] = r["games_per_s"] / (r["workers"] * one)
+        r["limit"] = "the workers" if r["workers"] <= (os.cpu_count() or 1) else "the cores"
+        print(f"{r['workers']:3d} workers: {r['games_per_s']:7.2f} games/s labelled; scaling {r['scaling']:.2f} "
+              f"of W x one worker's; limit: {r['limit']}", flush=True)
+    meta = {"stage": "labels", "games": args.games, "worlds": args.worlds, "cpu_count": os.cpu_count(),
+            "loadavg_after": os.getloadavg()}
+    Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"wrote {args.out}.json")
+    return rows, meta

@@ -377,6 +377,18 @@ def test_self_play_stage_scaling_smoke(tmp_path):
     assert data["meta"]["remote_share"] > 0 and "remote-worker share" in r.stdout
 
 
+def test_label_stage_scaling_smoke(tmp_path):
+    """--stage labels end to end, small: label jobs on real workers, games/s and the scaling."""
+    out = tmp_path / "lb"
+    r = H.run_cli(["-m", "benchmarks.scaling", "--stage", "labels", "--workers", "1", "--games", "3",
+                   "--worlds", "2", "--out", str(out)], timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = json.loads(out.with_suffix(".json").read_text())
+    row = data["rows"][0]
+    assert data["meta"]["stage"] == "labels" and row["workers"] == 1 and row["games_per_s"] > 0
+    assert row["decisions"] > 3 and row["scaling"] == 1.0 and row["limit"] == "the workers"
+
+
 def test_ceiling_benchmark_smoke(tmp_path):
     """--ceiling end to end, small: the saturated batcher, then the remote
     worker and the uniform run taking turns in two slices each."""
