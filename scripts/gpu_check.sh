@@ -7,7 +7,8 @@
 # GPU, measures the batcher and the service's own ceiling, and times colour
 # renaming on the GPU against plain training steps, times PPO self-play
 # waves in float32 against bfloat16 on the service, and measures the
-# self-play stage's games/s with 1 and STAGE_WORKERS (12,15) workers. Two more steps, not in the default
+# self-play stage's games/s and the label jobs' with 1 and STAGE_WORKERS
+# (12,15) workers. Two more steps, not in the default
 # list: `cutoffs` (traverser.bench --cutoffs with the forwards on the
 # device: a worker's CPU a node with value cutoffs against playout cutoffs)
 # and `recipe` (configs/lost_cities.yaml with every phase budgeted by wall
@@ -157,6 +158,9 @@ if has stages && has train; then
     sg=(--games 2048 --warmup-s 5 --window-s 15); [ "$QUICK" = 1 ] && sg=(--games 64 --warmup-s 2 --window-s 4)
     step scaling 300 "$PY" -m benchmarks.scaling --stage selfplay --workers "1,$STAGE_WORKERS" --agent /tmp/gpu_check_run \
         --device "$DEVICE" --out /tmp/gpu_check_stage_selfplay "${sg[@]}"
+    lg=(--games 240 --worlds 64); [ "$QUICK" = 1 ] && lg=(--games 6 --worlds 4)
+    step scaling 300 "$PY" -m benchmarks.scaling --stage labels --workers "1,$STAGE_WORKERS" \
+        --out /tmp/gpu_check_stage_labels "${lg[@]}"
 fi
 
 # the GPU recipe in RECIPE_S seconds, every phase by wall clock: labels on every core (a label worker a
