@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the short chaos run: every phase, both processes, the trainer itself
 
 def test_a_small_run_survives_kills_in_every_phase_and_a_killed_trainer(tmp_path):
-    """Lost Cities, 2 iterations, 1 worker: the batcher is SIGKILLed as each
+    """Lost Cities, 3 iterations, 1 worker: the batcher is SIGKILLed as each
     phase starts (in the push, while the push waits for its reply), the
     worker as the traversal, the training and the self-play stage start,
     the trainer is SIGKILLed after checkpoint 1 and resumed with
@@ -35,7 +35,7 @@ def test_a_small_run_survives_kills_in_every_phase_and_a_killed_trainer(tmp_path
     left behind and every checkpoint loads (benchmarks.chaos.check)."""
     from benchmarks.chaos import PHASES, SMALL, run_chaos
     aim = ",".join([f"batcher:{phase}" for phase in PHASES] + ["worker:traverse", "worker:train", "worker:self-play"])
-    summary, failures, details = run_chaos(tmp_path, 2, 0.0, 0, ROOT / "configs" / "smoke.yaml",
+    summary, failures, details = run_chaos(tmp_path, 3, 0.0, 0, ROOT / "configs" / "smoke.yaml",
                                            SMALL + ["service.workers=1", "train.traversals=16", "service.job_size=8",
                                                     "train.warm_start_games=4"],
                                            aim=aim, reference=False, kill_trainer=True, timeout_s=600,
