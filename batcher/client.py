@@ -260,11 +260,16 @@ class BatcherClient:
             self.in_flight.pop(req_id, None)
             raise
 
-    def push_weights(self, model_id, net, version):
-        """Install `net` as model_id at `version` (must increase); returns the ack."""
+    def push_weights(self, model_id, net, version, autocast=None):
+        """Install `net` as model_id at `version` (must increase); returns the
+        ack. autocast: its forwards' precision on the batcher (none, bf16,
+        fp16), or None for the batcher's own."""
         from batcher.weights import net_to_bytes    # torch: only the trainer's client needs it
         spec, blob = net_to_bytes(net)
-        return self.call({"type": P.WEIGHTS, "model": int(model_id), "version": int(version), "spec": spec}, blob)
+        header = {"type": P.WEIGHTS, "model": int(model_id), "version": int(version), "spec": spec}
+        if autocast is not None:
+            header["autocast"] = autocast
+        return self.call(header, blob)
 
     def stats(self):
         return self.call({"type": P.STATS})["stats"]

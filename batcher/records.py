@@ -9,14 +9,15 @@ import numpy as np
 
 
 class Model:
-    __slots__ = ("net", "version", "spec", "input_size", "num_actions")
+    __slots__ = ("net", "version", "spec", "input_size", "num_actions", "autocast")
 
-    def __init__(self, net, version, spec):
+    def __init__(self, net, version, spec, autocast=None):
         self.net = net
         self.version = version
         self.spec = spec
         self.input_size = spec["input_size"]
         self.num_actions = spec["num_actions"]
+        self.autocast = autocast        # this model's forward precision ("none", "bf16", "fp16"); None: the batcher's
 
 
 class Request:

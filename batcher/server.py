@@ -57,6 +57,7 @@ from batcher.weights import net_from_bytes
 
 log = logging.getLogger("batcher")
 
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}     # forward precisions; "none": float32
 MAX_HEADER_BYTES = 1 << 20      # headers are small maps; anything larger is refused
 MAX_SPEC_PARAMS = 1 << 28       # a weights spec may not describe a larger net (about 1 GiB of float32)
 
@@ -111,18 +112,20 @@ class Batcher:
         self._slot = 0
         self._last_done = 0.0       # when the last forward was answered (busy time is not counted twice)
         self._ones = {}             # answer dtype -> ones [rows, num_actions] (null forward)
-        self._autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.autocast)
+        self._autocast_dtype = _AUTOCAST_DTYPES.get(options.autocast)
         self._last_log = time.monotonic()
 
     # ---- models
-    def install(self, model_id, net, version, spec):
+    def install(self, model_id, net, version, spec, autocast=None):
         """Install (or replace) a model's weights; called between batches. The
         batcher serves its own copy on its device: the caller's net is neither
-        moved nor shared, so training it further does not change the answers."""
-        self._set_model(model_id, copy.deepcopy(net).to(self.device), version, spec)
+        moved nor shared, so training it further does not change the answers.
+        autocast: this model's forward precision (none, bf16, fp16), or None
+        for the batcher's own (--autocast)."""
+        self._set_model(model_id, copy.deepcopy(net).to(self.device), version, spec, autocast)
 
-    def _set_model(self, model_id, net, version, spec):
-        self.models[int(model_id)] = Model(net.eval(), int(version), dict(spec))
+    def _set_model(self, model_id, net, version, spec, autocast=None):
+        self.models[int(model_id)] = Model(net.eval(), int(version), dict(spec), autocast)
 
     # ---- main loop
     def stop(self):
@@ -320,6 +323,9 @@ class Batcher:
             raise P.ProtocolError("bad_header", "weights need integer 'model' and 'version'")
         if not isinstance(spec, dict) or len(payload) != 1:
             raise P.ProtocolError("bad_header", "weights need a 'spec' map and one safetensors frame")
+        autocast = header.get("autocast")
+        if autocast not in (None, "none", "bf16", "fp16"):
+            raise P.ProtocolError("bad_header", f"weights 'autocast' must be none, bf16 or fp16, got {autocast!r}")
         current = self.models.get(model_id)
         if current is not None and version <= current.version:
             raise P.ProtocolError("stale_version", f"model {model_id} is at version {current.version}; "
@@ -331,7 +337,7 @@ class Batcher:
         # rows queued for the old weights are answered by them (the input size may change)
         while self.queues.get(model_id):
             self._run_model(model_id)
-        self._set_model(model_id, net, version, spec)      # built on self.device, owned by nobody else
+        self._set_model(model_id, net, version, spec, autocast)   # built on self.device, owned by nobody else
         self.stats.weight_updates += 1
         log.info("model %d now at version %d", model_id, version)
         self._reply(identity, {"type": P.ACK, "id": header.get("id"), "model": model_id, "version": version})
@@ -389,8 +395,9 @@ class Batcher:
             x = x.to(self.device, non_blocking=True)
             if x.dtype != torch.float32:
                 x = x.float()
-            if self._autocast_dtype is not None:
-                with torch.autocast(self.device.type, dtype=self._autocast_dtype):
+            dtype = self._autocast_dtype if model.autocast is None else _AUTOCAST_DTYPES.get(model.autocast)
+            if dtype is not None:
+                with torch.autocast(self.device.type, dtype=dtype):
                     y = model.net(x)
             else:
                 y = model.net(x)

@@ -189,6 +189,32 @@ def test_install_serves_a_copy_of_the_callers_net():
     assert not srv.errors
 
 
+def test_a_model_pushed_with_its_own_precision_is_answered_in_it():
+    """push_weights(..., autocast="bf16") makes that model's forwards
+    bfloat16 (close to float32's, not equal); the other models stay in the
+    batcher's own float32; a bad precision is refused by name and changes
+    nothing."""
+    import torch
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 0)}) as srv:
+        c = srv.client()
+        rows = rows_of("float32", 64, seed=5)
+        half = net_for_game(LEDUC, HIDDEN, seed=11)
+        c.push_weights(3, half, 1, autocast="bf16")
+        _, adv = infer_blocking(c, 3, rows)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            want = half(torch.from_numpy(rows)).float().numpy()
+        np.testing.assert_allclose(adv, want, atol=1e-6, rtol=0)
+        assert not np.allclose(adv, forward(half, rows), atol=1e-6)
+        _, adv = infer_blocking(c, 0, rows)                 # model 0: float32, the batcher's own
+        np.testing.assert_allclose(adv, forward(nets[0], rows), atol=ATOL, rtol=0)
+        with pytest.raises(BatcherError) as ei:
+            c.push_weights(3, half, 2, autocast="fp8")
+        assert ei.value.code == "bad_header" and "autocast" in str(ei.value)
+        assert c.ping()["models"]["3"] == 1
+    assert not srv.errors
+
+
 def test_push_weights_versions():
     nets = leduc_nets()
     with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 0)}) as srv:

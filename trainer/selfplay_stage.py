@@ -27,6 +27,7 @@ stage, the play time beyond the update when the workers do).
 import time
 
 import numpy as np
+import torch
 
 from traverser.selfplay import wave_seeds
 from trainer.jobs import Job
@@ -41,7 +42,7 @@ class SelfPlayStage:
     (trainer.supervise.Supervisor), which serves the weights."""
 
     def __init__(self, tuner, server, sup, job_config, run_seed, workers=1, ledger=None, log=None,
-                 checkpoint=None, checkpoint_s=0.0):
+                 checkpoint=None, checkpoint_s=0.0, threads=None):
         self.tuner = tuner
         self.server = server
         self.sup = sup
@@ -56,12 +57,22 @@ class SelfPlayStage:
         self.wave = tuner.waves          # the next wave to hand out (a resumed tuner's waves are learnt)
         self.elapsed_s = 0.0
         self.chunks = {"decisions": [], "ends": []}
+        # the update's torch threads: (while the workers play the next wave, once it is in); None: as they are
+        self.threads = threads
 
     def _tick(self):
-        self.server.pump(0, supervise=self.sup.check)
+        """Between the update's minibatches: the job server's messages, and
+        the update's threads: few while the next wave is being played beside
+        it (more would spin against the players), all once it is in."""
+        done = self.server.pump(0, supervise=self.sup.check)
+        if self.threads is not None:
+            want = self.threads[1] if done else self.threads[0]
+            if torch.get_num_threads() != want:
+                torch.set_num_threads(want)
 
     def _push(self):
-        self.version = self.sup.serve(SELFPLAY_MODEL, self.tuner.served())
+        # the batcher plays in the update's precision, so the ratios of an unlagged wave start at 1
+        self.version = self.sup.serve(SELFPLAY_MODEL, self.tuner.served(), autocast=self.tuner.autocast)
 
     def _submit(self):
         """Hand out the next wave's jobs: one per worker, games numbered
@@ -176,12 +187,10 @@ class _Threads:
         self.n, self.before = n, None
 
     def __enter__(self):
-        import torch
         self.before = torch.get_num_threads()
         torch.set_num_threads(self.n)
 
     def __exit__(self, *exc):
-        import torch
         torch.set_num_threads(self.before)
 
 
@@ -215,16 +224,17 @@ def run_in_trainer(trainer, t, server, sup, job_config):
     if resumed:
         tuner.load_state(resumed)
         log(f"self-play: resumed at wave {tuner.waves}, {resumed['elapsed_s']:.0f} s of {budget:.0f} s spent")
-    threads = update_threads(trainer.cfg)
-    log(f"self-play: the update in {tuner.precision()} (train.selfplay_autocast: {tr.selfplay_autocast}) on "
-        f"{threads} torch thread(s); the games on the workers, their forwards on the batcher")
+    threads = (update_threads(trainer.cfg), torch.get_num_threads())
+    log(f"self-play: the update and the batcher's forwards in {tuner.precision()} (train.selfplay_autocast: "
+        f"{tr.selfplay_autocast}); the update on {threads[0]} torch thread(s) while the workers play, "
+        f"{threads[1]} once the wave is in")
     stage = SelfPlayStage(tuner, server, sup, job_config, trainer.cfg.run.seed,
                           workers=trainer.cfg.service.workers or server.live_workers(), ledger=trainer.ledger,
                           log=log, checkpoint=lambda state: log(f"checkpoint {trainer.save(t, selfplay=state)}"),
-                          checkpoint_s=tr.selfplay_checkpoint_s)
+                          checkpoint_s=tr.selfplay_checkpoint_s, threads=threads)
     bar = trainer._bar(desc=f"self-play: PPO on the strategy net ({tr.selfplay_games} games a wave)", unit="wave",
                        budget_s=budget - resumed.get("elapsed_s", 0.0))
-    with _Threads(threads):
+    with _Threads(threads[1]):
         stats = stage.run(budget_s=budget, progress=None if bar is None else bar.update,
                           start_s=resumed.get("elapsed_s", 0.0))
     if bar is not None:
@@ -252,12 +262,13 @@ def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
         sup.enter("self-play")
         tuner = SelfPlay(trainer.game, trainer.nets["strategy"], settings, seed=seed, device=trainer.device)
         workers = cfg.service.workers or server.live_workers()
+        threads = (update_threads(cfg), torch.get_num_threads())
         stage = SelfPlayStage(tuner, server, sup, phase_config(cfg), seed, workers=workers, ledger=ledger,
-                              log=trainer.log)
-        threads = update_threads(cfg)
+                              log=trainer.log, threads=threads)
         trainer.log(f"self-play on {workers} worker(s) and the batcher at {sup.services.batcher_endpoint}; "
-                    f"the update in {tuner.precision()} on {threads} torch thread(s)")
-        with _Threads(threads):
+                    f"the update and the batcher's forwards in {tuner.precision()}; the update on {threads[0]} "
+                    f"torch thread(s) while the workers play, {threads[1]} once the wave is in")
+        with _Threads(threads[1]):
             return stage.run(budget_s=budget_s, waves=waves)
     finally:
         if sup is not None:

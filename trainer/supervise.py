@@ -65,7 +65,7 @@ class Supervisor:
         self._thread = None
         self.services = LocalServices(cfg, trainer.run_dir, server.endpoint, log=self.log)
         self.client = None
-        self.served = {}                             # model id -> (module, version): served besides the players' nets
+        self.served = {}                             # model id -> (module, version, autocast): served besides the players' nets
 
     # ---- life
     def start(self):
@@ -115,16 +115,17 @@ class Supervisor:
         """Push the trainer's current net for `player` with a new version."""
         self.call(lambda: self._push_one(player))
 
-    def serve(self, model_id, module):
+    def serve(self, model_id, module, autocast=None):
         """Serve `module` (a CPU net the caller no longer changes) as
-        `model_id` with the next version, which it returns; a batcher that
-        restarts later gets it again."""
+        `model_id` with the next version, which it returns, its forwards in
+        `autocast` (None: the batcher's own); a batcher that restarts later
+        gets it again."""
         def push():
             # a higher version at every attempt: a push to a batcher that was replaced may still reach the
             # new one from the socket's queue
-            version = self.served.get(model_id, (None, 0))[1] + 1
-            self.served[model_id] = (module, version)
-            self.client.push_weights(model_id, module, version)
+            version = self.served.get(model_id, (None, 0, None))[1] + 1
+            self.served[model_id] = (module, version, autocast)
+            self.client.push_weights(model_id, module, version, autocast=autocast)
 
         self.call(push)
         return self.served[model_id][1]
@@ -178,9 +179,9 @@ class Supervisor:
             current = int(pong.get("models", {}).get(str(p), -1))
             self.trainer.versions[p] = max(self.trainer.versions[p], current)
             self._push_one(p)
-        for model_id, (module, version) in list(self.served.items()):
-            self.served[model_id] = (module, version + 1)
-            self.client.push_weights(model_id, module, version + 1)
+        for model_id, (module, version, autocast) in list(self.served.items()):
+            self.served[model_id] = (module, version + 1, autocast)
+            self.client.push_weights(model_id, module, version + 1, autocast=autocast)
 
     def _on_wait(self):
         """Called by the client while a control call waits."""
