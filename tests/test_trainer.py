@@ -220,6 +220,13 @@ def test_warm_start_rows_from_a_lookahead_teacher_and_random_moves(tmp_path):
     with pytest.raises(ConfigError, match=r"^config train.warm_start_procs: removed; the workers label the "
                                           r"prior's games \(trainer/label_stage.py\); service.label_workers"):
         load_config(ROOT / "configs" / "smoke.yaml", ["train.warm_start_procs=2"])
+    # a config a run saved before the key went (a checkpoint's) still loads: the key is dropped
+    from trainer.config import config_from_dict, config_to_dict
+    saved = config_to_dict(load_config(ROOT / "configs" / "smoke.yaml"))
+    saved["train"]["warm_start_procs"] = 0
+    assert config_from_dict(saved).train.warm_start_games == load_config(ROOT / "configs" / "smoke.yaml").train.warm_start_games
+    with pytest.raises(ConfigError, match="train.no_such_key: unknown key"):
+        config_from_dict({**saved, "train": {**saved["train"], "no_such_key": 1}})
 
 
 def test_warm_started_run_starts_from_the_heuristic(tmp_path):

@@ -256,7 +256,10 @@ REMOVED = {"train.warm_start_procs": "the workers label the prior's games (train
                                      "service.label_workers sets how many local ones"}
 
 
-def _apply(obj, data, prefix):
+def _apply(obj, data, prefix, saved=False):
+    """Set obj's fields from `data`; saved: a config a run saved (a
+    checkpoint's, config.json), whose removed keys are dropped, not refused:
+    what replaced them applies instead."""
     if not isinstance(data, dict):
         raise ConfigError(f"config {prefix or 'file'}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(type(obj))
@@ -264,19 +267,23 @@ def _apply(obj, data, prefix):
     for key, value in data.items():
         where = f"{prefix}.{key}" if prefix else str(key)
         if where in REMOVED:
+            if saved:
+                continue
             raise ConfigError(f"config {where}: removed; {REMOVED[where]}")
         if key not in names:
             raise ConfigError(f"config {where}: unknown key (known: {', '.join(sorted(names))})")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
-            _apply(current, value, where)
+            _apply(current, value, where, saved)
         else:
             setattr(obj, key, _check_value(where, hints[key], value))
 
 
 def config_from_dict(data):
+    """The Config of a dict a run saved (config_to_dict: a checkpoint's or
+    RUN/config.json); keys removed since it was saved are dropped."""
     cfg = Config()
-    _apply(cfg, data or {}, "")
+    _apply(cfg, data or {}, "", saved=True)
     validate(cfg)
     return cfg
 
