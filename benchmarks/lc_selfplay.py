@@ -47,6 +47,8 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--workers", type=int, default=1, help="local workers that play the games (default 1)")
     ap.add_argument("--run-dir", default=None, help="where the services' logs go (default: a temporary directory)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="more overrides of the run's config, e.g. service.max_wait_us=100")
     ap.add_argument("--speed-waves", type=int, default=0,
                     help="time N waves in float32 and in bfloat16 from the same agent and print both (no --out)")
     for field, default in SelfPlaySettings.__dataclass_fields__.items():
@@ -109,6 +111,7 @@ def service_trainer(ckpt, args):
                           "train.selfplay_budget_s=0", "train.time_limit_s=0", "run.tensorboard=false"])
     if args.threads > 0:
         apply_overrides(cfg, [f"train.torch_threads={args.threads}", f"train.selfplay_threads={args.threads}"])
+    apply_overrides(cfg, args.set)
     run_dir = args.run_dir or tempfile.mkdtemp(prefix="lc_selfplay_")
     trainer = Trainer(cfg, run_dir, log=lambda line: print(line, flush=True))
     for name, net in trainer.nets.items():
@@ -131,7 +134,7 @@ def speed(ckpt, settings, args):
         per_wave = stats["selfplay_policy_s"] / args.speed_waves
         times[autocast].append(per_wave)
         print(f"  {autocast:>4}: {per_wave:.2f} s a wave (waited {stats['selfplay_wait_s']:.2f} s for the last; "
-              f"{stats['selfplay_wave_decisions']:,} decisions in it); "
+              f"{stats['selfplay_wave_decisions']:,} decisions in it, played in {stats['selfplay_play_s']:.2f} s); "
               f"last wave's kl {stats.get('selfplay_kl', float('nan')):.4f}", flush=True)
     f32, b16 = min(times["none"]), min(times["bf16"])
     print(json.dumps({"float32_s_per_wave": round(f32, 3), "bf16_s_per_wave": round(b16, 3),

@@ -59,12 +59,16 @@ class SelfPlayStage:
         self.chunks = {"decisions": [], "ends": []}
         # the update's torch threads: (while the workers play the next wave, once it is in); None: as they are
         self.threads = threads
+        self.submitted_at = 0.0          # when the wave in play was handed out
+        self.played_s = None             # how long it took to come in (None: not in yet)
 
     def _tick(self):
         """Between the update's minibatches: the job server's messages, and
         the update's threads: few while the next wave is being played beside
         it (more would spin against the players), all once it is in."""
         done = self.server.pump(0, supervise=self.sup.check)
+        if done and self.played_s is None:
+            self.played_s = time.monotonic() - self.submitted_at
         if self.threads is not None:
             want = self.threads[1] if done else self.threads[0]
             if torch.get_num_threads() != want:
@@ -95,6 +99,7 @@ class SelfPlayStage:
                                             sum(len(c["game"]) for c in ends))
 
         self.server.start_phase(jobs, self.job_config, commit, log=self.log)
+        self.submitted_at, self.played_s = time.monotonic(), None
         self.wave += 1
 
     def _collect(self):
@@ -102,6 +107,8 @@ class SelfPlayStage:
         t0 = time.monotonic()
         while not self.server.pump(200, supervise=self.sup.check):
             pass
+        if self.played_s is None:
+            self.played_s = time.monotonic() - self.submitted_at
         wave, returns = self.tuner.wave_from_chunks(self.chunks["decisions"], self.chunks["ends"])
         self.chunks = {"decisions": [], "ends": []}
         return wave, returns, time.monotonic() - t0
@@ -127,6 +134,7 @@ class SelfPlayStage:
         while True:
             tw = time.monotonic()
             wave, returns, waited = self._collect()
+            played = self.played_s
             elapsed = time.monotonic() - t0
             more = (waves is None or done + 1 < waves) and (budget_s is None or elapsed < budget_s)
             if more:
@@ -137,7 +145,7 @@ class SelfPlayStage:
             self._push()
             done += 1
             lags.append(last["version_lag"])
-            last.update(wait_s=waited, wave_s=time.monotonic() - tw)
+            last.update(wait_s=waited, wave_s=time.monotonic() - tw, play_s=played)
             if "kl" in last:
                 policy_s += last["wave_s"]
             if progress is not None:
@@ -166,7 +174,8 @@ def wave_line(m, games, elapsed):
         parts.append(f"kl {m['kl']:.4f}, clipped {m['clipped']:.3f}, entropy {m['entropy']:.3f}, lr {m['lr']:.2g}")
     else:
         parts.append("critic only")
-    parts.append(f"wave {m['wave_s']:.1f} s (waited {m['wait_s']:.1f} s for it), version lag {m['version_lag']:.2f}")
+    parts.append(f"wave {m['wave_s']:.1f} s (played in {m['play_s']:.1f} s, waited {m['wait_s']:.1f} s for it), "
+                 f"version lag {m['version_lag']:.2f}")
     return "; ".join(parts)
 
 

@@ -124,7 +124,10 @@ def _selfplay_work(game, client, header, arrays, groups, machines):
     games, seeds = arrays["games"].copy(), arrays["seeds"].copy()
 
     def work(sink):
-        play_remote(game, client, games, seeds, int(header["model"]), sink, groups=groups, slots=machines,
+        # all of the job's games at once (a wave's rounds are its longest game's decisions), at least
+        # `machines` slots a group
+        slots = max(machines, -(-len(games) // max(1, groups)))
+        play_remote(game, client, games, seeds, int(header["model"]), sink, groups=groups, slots=slots,
                     on_groups=lambda gs: holder.setdefault("groups", gs))
 
     return work, ("decisions", "ends"), lambda: holder["groups"].ended if "groups" in holder else 0

@@ -27,6 +27,8 @@ class _Groups:
         if games.shape != seeds.shape or games.ndim != 1:
             raise ValueError(f"self-play needs one seed per game, got {games.shape} and {seeds.shape}")
         groups = max(1, min(groups, len(games)))
+        # every game of the job at once when `slots` allows: a group's rounds are its longest game's
+        # decisions, so games dealt in turns would take their rounds one after the other
         slots = max(1, min(slots, -(-len(games) // groups)))
         self.sink = sink
         self.groups = [PlayGroup(game, slots, 4 * slots) for _ in range(groups)]
