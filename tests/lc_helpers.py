@@ -65,3 +65,13 @@ def rows_of_deals(game, deals, **kw):
     strat = {k: np.concatenate([part[1][k][:n] for part, n in zip(parts, n0)] +
                                [part[1][k][n:] for part, n in zip(parts, n0)]) for k in parts[0][1]}
     return adv, strat
+
+
+def same_rows(a, b):
+    """Assert two (adv, strategy) row sets of heuristic_rows equal, every column and dtype."""
+    import numpy as np
+    (adv_a, strat_a), (adv_b, strat_b) = a, b
+    for x, y in ((strat_a, strat_b), (adv_a[0], adv_b[0]), (adv_a[1], adv_b[1])):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k]), k

@@ -24,21 +24,13 @@ from trainer.label_stage import LabelStage  # noqa: E402
 from trainer.warmstart import blueprint_of, heuristic_rows  # noqa: E402
 from traverser import jobproto as J  # noqa: E402
 from service_helpers import kill_a_worker_when  # noqa: E402
-from lc_helpers import rows_of_deals  # noqa: E402
+from lc_helpers import rows_of_deals, same_rows  # noqa: E402
 
 SMALL = dict(colours=3, ranks=5, hand_size=4, max_turns=200)
 
 
 def _game():
     return engine.load_game("lost_cities", **SMALL)
-
-
-def _same_rows(a, b):
-    (adv_a, strat_a), (adv_b, strat_b) = a, b
-    for x, y in ((strat_a, strat_b), (adv_a[0], adv_b[0]), (adv_a[1], adv_b[1])):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k]), k
 
 
 @pytest.fixture(scope="module")
@@ -112,13 +104,13 @@ def test_label_jobs_give_the_in_process_rows_on_one_worker_and_on_two(service):
     service.wait_live(1)
     stats = {}
     one = heuristic_rows(game, 12, seed=9, advantage=0.1, stage=service.stage(game, 1), stats=stats, **teacher)
-    _same_rows(one, here)
+    same_rows(one, here)
     assert stats["games"] == 12 and stats["deals"] == list(range(9, 21)) and not stats["budget_hit"]
     second = service.start_worker()
     service.wait_live(2)
     two = heuristic_rows(game, 12, seed=9, advantage=0.1, stage=service.stage(game, 2), stats=stats, **teacher)
-    _same_rows(two, here)
-    _same_rows(two, one)
+    same_rows(two, here)
+    same_rows(two, one)
     rounds = label_ledger(service.ledger_path)
     assert list(rounds) == [0]
     lines = rounds[0]
@@ -146,7 +138,7 @@ def test_an_expert_iteration_round_sends_the_agent_to_the_workers(service):
     service.start_worker()
     service.wait_live(2)
     there = heuristic_rows(game, 4, seed=41, advantage=0.2, stage=service.stage(game, 2), **kw)
-    _same_rows(there, here)
+    same_rows(there, here)
     lines = label_ledger(service.ledger_path)[1]
     assert counted_deals(lines) == [41, 42, 43, 44]
 
@@ -174,7 +166,7 @@ def test_a_budget_stops_the_workers_with_whole_games_only(service):
     assert all(x["n"] <= 4 and x["games"] <= x["n"] for x in lines)           # small jobs, prefixes kept
     assert max(x["first"] + x["n"] for x in lines) - 7 < 100_000 // 4      # most jobs never went out
     want = rows_of_deals(game, deals, **teacher)
-    _same_rows(rows, want)
+    same_rows(rows, want)
 
 
 def test_a_bad_chunk_is_named_dropped_and_its_job_redone(service):
@@ -218,7 +210,7 @@ def test_a_bad_chunk_is_named_dropped_and_its_job_redone(service):
         t.join(10)
         fake.close(0)
     assert not errors, errors
-    _same_rows(there, here)
+    same_rows(there, here)
     bad = [m for m in service.logs if m.startswith("bad sample chunk")]
     assert bad == ["bad sample chunk from worker pid 1 (label job 0, kind 'rows'): column 'info' is float32, "
                    "expected uint8"], service.logs

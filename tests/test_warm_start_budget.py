@@ -15,21 +15,13 @@ import pytest
 import engine
 from trainer.config import ConfigError, load_config
 from trainer.warmstart import heuristic_rows
-from lc_helpers import rows_of_deals
+from lc_helpers import rows_of_deals, same_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _small_game():
     return engine.load_game("lost_cities", colours=3, ranks=5, hand_size=4, max_turns=200)
-
-
-def _same_rows(a, b):
-    (adv_a, strat_a), (adv_b, strat_b) = a, b
-    for x, y in ((strat_a, strat_b), (adv_a[0], adv_b[0]), (adv_a[1], adv_b[1])):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k]), k
 
 
 def test_a_budget_keeps_the_games_finished_in_time():
@@ -47,7 +39,7 @@ def test_a_budget_keeps_the_games_finished_in_time():
     assert took < budget + 30          # it stopped: the cap alone would take minutes
     assert stats["deals"] == list(range(7, 7 + stats["games"]))     # one process: a prefix of the deals
     # every game kept is whole, with the rows it has without a budget
-    _same_rows(rows, rows_of_deals(game, stats["deals"], **teacher))
+    same_rows(rows, rows_of_deals(game, stats["deals"], **teacher))
 
 
 def test_a_budget_larger_than_needed_changes_nothing(tmp_path):
@@ -55,7 +47,7 @@ def test_a_budget_larger_than_needed_changes_nothing(tmp_path):
     stats = {}
     rows = heuristic_rows(game, 5, seed=3, advantage=0.1, worlds=4, budget_s=600, stats=stats)
     assert stats["games"] == 5 and not stats["budget_hit"]
-    _same_rows(rows, heuristic_rows(game, 5, seed=3, advantage=0.1, worlds=4))
+    same_rows(rows, heuristic_rows(game, 5, seed=3, advantage=0.1, worlds=4))
     # a budgeted run's cache holds its own games and reads back the same rows and count
     cache = tmp_path / "rows.npz"
     first, again = {}, {}
@@ -64,7 +56,7 @@ def test_a_budget_larger_than_needed_changes_nothing(tmp_path):
     b = heuristic_rows(game, 100_000, seed=3, advantage=0.1, worlds=4, budget_s=0.5, cache=cache, stats=again)
     assert cache.stat().st_mtime_ns == stamp and again["cached"] and not again["budget_hit"]
     assert again["games"] == first["games"] and again["deals"] == first["deals"]
-    _same_rows(a, b)
+    same_rows(a, b)
     # another budget is another teacher's rows: played again
     heuristic_rows(game, 100_000, seed=3, advantage=0.1, worlds=4, budget_s=0.3, cache=cache)
     assert cache.stat().st_mtime_ns != stamp
