@@ -73,7 +73,7 @@ def _wave_jobs(wave, games, workers):
             for k, c in enumerate(np.array_split(np.arange(games), min(workers, games)))]
 
 
-def run_point(args, game, served, workers):
+def run_point(args, game, served, workers, autocast=None):
     """One worker count: games/s and decisions/s played in the window, the batcher's busy fraction, and a wave."""
     from batcher.bench import spawn_batcher
     from batcher.client import BatcherClient
@@ -83,13 +83,15 @@ def run_point(args, game, served, workers):
     endpoint = local_endpoint("ipc")
     py = sys.executable
     batcher = spawn_batcher([py, "-m", "batcher", "--bind", endpoint, "--device", args.device, "--torch-threads",
-                             str(args.batcher_threads), "--max-batch", str(args.max_batch)], endpoint, cwd=ROOT,
+                             str(args.batcher_threads), "--max-batch", str(args.max_batch),
+                             *(["--max-wait-us", str(args.max_wait_us)] if args.max_wait_us is not None else [])],
+                            endpoint, cwd=ROOT,
                             preexec_fn=_die_with_parent)      # a killed benchmark leaves no child behind
     server = JobServer("tcp://127.0.0.1:0", heartbeat_timeout_s=60)
     procs = []
     client = BatcherClient(endpoint, timeout_s=60)
     try:
-        client.push_weights(SELFPLAY_MODEL, served, 1)
+        client.push_weights(SELFPLAY_MODEL, served, 1, autocast=autocast)     # the stage's play precision
         procs = [subprocess.Popen([py, "-m", "traverser", "--trainer", server.endpoint, "--batcher", endpoint,
                                    "--machines", str(args.machines), "--groups", str(args.groups)], cwd=ROOT,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
@@ -128,8 +130,9 @@ def run_point(args, game, served, workers):
         remove_local_endpoint(endpoint)
 
 
-def in_process_rate(game, served, games, seconds):
-    """Games/s of play_local on this process's one torch thread (the remote share's denominator)."""
+def in_process_rate(game, served, games, seconds, autocast="none"):
+    """Games/s of play_local on this process's one torch thread, in the
+    stage's play precision (the remote share's denominator)."""
     from traverser.selfplay import play_local, wave_seeds
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -137,8 +140,8 @@ def in_process_rate(game, served, games, seconds):
         done, t0, wave = 0, time.monotonic(), 0
         while time.monotonic() - t0 < seconds:
             def forward(rows):
-                with torch.inference_mode():
-                    return served(torch.from_numpy(rows)).numpy()
+                with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast == "bf16"):
+                    return served(torch.from_numpy(rows)).float().numpy()
             done += play_local(game, forward, np.arange(games), wave_seeds(1, wave, games), lambda d, e: None,
                                groups=1, slots=games)
             wave += 1
@@ -172,13 +175,13 @@ def selfplay_scaling(args):
     counts = [int(x) for x in args.workers.split(",")]
     rows, committed = [], None
     for w in counts:
-        r, committed_w = run_point(args, game, served, w)
+        r, committed_w = run_point(args, game, served, w, autocast=tuner.autocast)
         rows.append(r)
         committed = committed or committed_w
         print(f"{w:3d} workers: {r['games_per_s']:8.1f} games/s ({r['decisions_per_s']:,.0f} decisions/s) played, "
               f"batcher busy {r['batcher_busy']:.2f}, mean batch {r['mean_batch']:.0f}", flush=True)
     upd, wave_decisions = update_rate(tuner, committed, args.update_waves, args.update_threads)
-    local = in_process_rate(game, served, args.games, args.window_s)
+    local = in_process_rate(game, served, args.games, args.window_s, tuner.autocast)
     one = rows[0]["games_per_s"] / rows[0]["workers"]
     for r in rows:
         r["update_games_per_s"] = upd
