@@ -62,24 +62,13 @@ def _collect(server, jobs, job_config, committed):
     server.run_phase(jobs, job_config, commit)
 
 
-def _wave_jobs(wave, games, workers):
-    from traverser.selfplay import wave_seeds
-    from trainer.jobs import Job
-    from trainer.selfplay_stage import SELFPLAY_MODEL
-    seeds = wave_seeds(0, wave, games)
-    ids = np.arange(games, dtype=np.int64)
-    return [Job(k, ids=ids[c], kind="selfplay", fields={"wave": wave, "model": SELFPLAY_MODEL},
-                arrays={"games": ids[c], "seeds": seeds[c]}, kinds=("decisions", "ends"))
-            for k, c in enumerate(np.array_split(np.arange(games), min(workers, games)))]
-
-
 def run_point(args, game, served, workers, autocast=None):
     """One worker count: games/s and decisions/s played in the window, the batcher's busy fraction, and a wave."""
     from batcher.bench import spawn_batcher
     from batcher.client import BatcherClient
     from trainer.jobs import JobServer
     from trainer.launcher import _die_with_parent, local_endpoint, remove_local_endpoint
-    from trainer.selfplay_stage import SELFPLAY_MODEL
+    from trainer.selfplay_stage import SELFPLAY_MODEL, wave_jobs
     endpoint = local_endpoint("ipc")
     py = sys.executable
     batcher = spawn_batcher([py, "-m", "batcher", "--bind", endpoint, "--device", args.device, "--torch-threads",
@@ -104,7 +93,7 @@ def run_point(args, game, served, workers, autocast=None):
         while time.monotonic() < end:
             if stats0 is None and time.monotonic() >= start:
                 stats0 = (time.monotonic(), client.stats())
-            _collect(server, _wave_jobs(wave, args.games, workers), job_config, committed)
+            _collect(server, wave_jobs(0, wave, args.games, workers), job_config, committed)
             wave += 1
         t1, stats1 = time.monotonic(), client.stats()
         if stats0 is None:

@@ -36,6 +36,16 @@ from trainer.selfplay import scheduled_lr
 SELFPLAY_MODEL = 3          # the batcher's model id of the served policy-value net
 
 
+def wave_jobs(run_seed, wave, games, workers):
+    """A wave's self-play jobs: its `games` deals (wave_seeds), numbered
+    0..G-1 within the wave, cut into one job per worker."""
+    seeds = wave_seeds(run_seed, wave, games)
+    ids = np.arange(games, dtype=np.int64)
+    return [Job(k, ids=ids[c], kind="selfplay", fields={"wave": wave, "model": SELFPLAY_MODEL},
+                arrays={"games": ids[c], "seeds": seeds[c]}, kinds=("decisions", "ends"))
+            for k, c in enumerate(np.array_split(np.arange(games), min(max(1, workers), games)))]
+
+
 class SelfPlayStage:
     """PPO self-play of `tuner` (trainer.selfplay.SelfPlay) on the workers of
     `server` (trainer.jobs.JobServer), supervised by `sup`
@@ -53,7 +63,6 @@ class SelfPlayStage:
         self.log = log
         self.checkpoint = checkpoint     # checkpoint(state) every checkpoint_s seconds (state: self.state())
         self.checkpoint_s = checkpoint_s
-        self.version = 0
         self.wave = tuner.waves          # the next wave to hand out (a resumed tuner's waves are learnt)
         self.elapsed_s = 0.0
         self.chunks = {"decisions": [], "ends": []}
@@ -76,18 +85,12 @@ class SelfPlayStage:
 
     def _push(self):
         # the batcher plays in the update's precision, so the ratios of an unlagged wave start at 1
-        self.version = self.sup.serve(SELFPLAY_MODEL, self.tuner.served(), autocast=self.tuner.autocast)
+        self.sup.serve(SELFPLAY_MODEL, self.tuner.served(), autocast=self.tuner.autocast)
 
     def _submit(self):
         """Hand out the next wave's jobs: one per worker, games numbered
         0..G-1 within the wave."""
-        games = self.tuner.settings.games
-        seeds = wave_seeds(self.run_seed, self.wave, games)
-        ids = np.arange(games, dtype=np.int64)
-        cut = np.array_split(np.arange(games), min(self.workers, games))
-        jobs = [Job(k, ids=ids[c], kind="selfplay", fields={"wave": self.wave, "model": SELFPLAY_MODEL},
-                    arrays={"games": ids[c], "seeds": seeds[c]}, kinds=("decisions", "ends"))
-                for k, c in enumerate(cut)]
+        jobs = wave_jobs(self.run_seed, self.wave, self.tuner.settings.games, self.workers)
         self.chunks = {"decisions": [], "ends": []}
         wave = self.wave
 
