@@ -7,7 +7,9 @@ its nets at the end of the warm start (iteration 0, written once by
 trainer.warmstart.save_prior; `latest` never names it). A run that ends
 with PPO self-play (train.selfplay_budget_s) keeps
 RUN_DIR/checkpoints/before_selfplay.pt, its nets when CFR stopped and the
-self-play began: `run:RUN/checkpoints/before_selfplay.pt` plays it.
+self-play began: `run:RUN/checkpoints/before_selfplay.pt` plays it. Its
+checkpoints from the self-play stage on keep the stage's critic
+(build_critic, build_policy_value).
 """
 from pathlib import Path
 
@@ -77,6 +79,28 @@ def build_net(ckpt, name):
     net = build_mlp(ckpt["net_spec"])
     net.load_state_dict(ckpt["nets"][name])
     return net.eval()
+
+
+def build_critic(ckpt):
+    """The self-play critic a checkpoint kept (an MLP: info state -> the
+    expected final score difference for the player whose info state it is,
+    times ckpt["critic_value_scale"]), or None where the run had no
+    self-play stage or was written before the critic was kept."""
+    if "critic" not in ckpt:
+        return None
+    from batcher.networks import build_mlp
+    net = build_mlp(ckpt["critic_spec"])
+    net.load_state_dict(ckpt["critic"])
+    return net.eval()
+
+
+def build_policy_value(ckpt):
+    """The strategy net and the kept critic as one module (logits, then the
+    value: batcher.networks.AdvantageValue), what the batcher serves to
+    answer both in one forward; None without a critic."""
+    from batcher.networks import AdvantageValue
+    critic = build_critic(ckpt)
+    return None if critic is None else AdvantageValue(build_net(ckpt, "strategy"), critic).eval()
 
 
 def game_of(ckpt):

@@ -25,7 +25,10 @@ lower bound on the policy's exploitability. Head to head (agents.head_to_head):
 another run (run:PATH[@prior][:POLICY]), the run's own warm-start prior
 (prior) or the search player (search:SETTINGS) as opponents, and --baseline,
 the same matches played by a second agent and compared with the agent's
-deal by deal.
+deal by deal. A learned best response (br:MINUTES, agents.best_response):
+PPO against the frozen agent for that long on every core, then played
+greedy on the same duplicate deals; vs_br:M_responder_margin is what it
+takes from the agent a game, the strong lower bound on its exploitability.
 """
 import argparse
 import json
@@ -34,6 +37,7 @@ import sys
 import numpy as np
 import torch
 
+from agents.best_response import PREFIX as BR_PREFIX, name_responders, parse_br, train_responders
 from agents.exact import POKER_GAMES, exploitability
 from agents.head_to_head import (comparison_metrics, flat, is_side, load_baseline, load_side, paired,
                                  split_opponents, vs_prior)
@@ -241,7 +245,9 @@ def build_parser():
                          "a path may hold ':' but not ','), prior (this run's warm-start prior, "
                          "checkpoints/prior.pt), search:SETTINGS (the search player with agents.search's "
                          "settings, e.g. search:worlds=64,topk=4: no net, heuristic playouts; a first item "
-                         "without '=' is a blueprint run or prior: search:RUN,worlds=64,topk=4). In the list, an item "
+                         "without '=' is a blueprint run or prior: search:RUN,worlds=64,topk=4), br:MINUTES (a "
+                         "learned best response: PPO against the frozen agent for MINUTES on every core, "
+                         "saved in RUN_DIR/responders/, then played greedy). In the list, an item "
                          "key=value continues the search: before it")
     ap.add_argument("--baseline", default=None, metavar="OTHER[:POLICY]",
                     help="Lost Cities: a second agent (a run or checkpoint, prior, run:..., search:...) that "
@@ -279,9 +285,11 @@ def _opponent_list(text):
     out = []
     for part in split_opponents(text):
         for o in named.get(part, [part]):
-            if o not in OPPONENTS and not is_side(o):
+            if o.startswith(BR_PREFIX):
+                parse_br(o)
+            elif o not in OPPONENTS and not is_side(o):
                 raise ValueError(f"unknown opponent {o!r}; known: {', '.join(OPPONENTS)}, both, all, "
-                                 "prior, run:PATH[@prior][:POLICY], search:SETTINGS")
+                                 "prior, run:PATH[@prior][:POLICY], search:SETTINGS, br:MINUTES")
             if o not in out:
                 out.append(o)
     return out
@@ -345,6 +353,12 @@ def main(argv=None):
             print(f"error: --search: {e}", file=sys.stderr)
             return 2
     spec = {"checkpoint": ckpt["path"], "policy": kind, "seed": args.seed, "search": settings}
+    try:        # br:MINUTES: a responder trained against the agent now, then played as a run: side
+        opponents, responders = train_responders(opponents, game, ckpt, policy, seed=args.seed,
+                                                 log=lambda line: print(line, file=sys.stderr))
+    except (ValueError, OSError) as e:
+        print(f"error: --opponent: {_first_line(e)}", file=sys.stderr)
+        return 2
     if args.save_games and game.name != "lost_cities":
         print(f"error: --save-games: replays are of lost_cities games, not {game.name}", file=sys.stderr)
         return 2
@@ -361,6 +375,7 @@ def main(argv=None):
         metrics = evaluate(game, agent, lc_games=args.games, opponents=opponents, seed=args.seed,
                            openspiel=not args.no_openspiel, exploiter_games=args.exploiter_games,
                            worlds=args.worlds, progress=args.progress, record=record, jobs=args.jobs, spec=spec)
+    metrics = name_responders(metrics, responders)
     if record:
         from agents.replay import save_match_games
         try:

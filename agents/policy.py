@@ -10,6 +10,9 @@ Read-outs (`kind`):
     sdcfr            the exact SD-CFR average a train.average=sdcfr checkpoint holds
     ...-greedy       any of them, playing its most probable action
 
+An average read-out of a run with a self-play stage also answers
+`values(info)`: the kept critic's expected final margin, in points.
+
 Every policy answers `probs(info, masks, players)` for a batch (one forward
 per net) and `step(state)` for one state, so engine.match, agents.evaluate
 and the exploiter play them all the same way. Any object with `.step(state)`
@@ -61,15 +64,30 @@ class Policy:
 
 class AveragePolicy(Policy):
     """The average strategy: a strategy net (softmax over legal actions), or
-    a tabular SD-CFR average (kind "sdcfr")."""
+    a tabular SD-CFR average (kind "sdcfr"). `critic`: the self-play critic
+    the checkpoint kept, or None; value_scale: its outputs per point."""
 
-    def __init__(self, net, greedy=False, seed=0, kind="average"):
+    def __init__(self, net, greedy=False, seed=0, kind="average", critic=None, value_scale=0.01):
         super().__init__(greedy, seed)
         self.net = net
         self.kind = kind
+        self.critic = critic
+        self.value_scale = float(value_scale)
 
     def _probs(self, info, masks, players):
         return policy_probs(self.net, info, masks)
+
+    def values(self, info):
+        """float64 [n]: the critic's expected final score difference, in
+        points, for the player whose info state each row of info [n, T] is.
+        ValueError where the checkpoint kept no critic."""
+        if self.critic is None:
+            raise ValueError("this policy has no critic: its run had no self-play stage, or its checkpoint "
+                             "was written before checkpoints kept the critic")
+        info = np.asarray(info, dtype=np.float32)
+        if info.ndim != 2:
+            raise ValueError(f"values needs info states [n, T], got shape {info.shape}")
+        return _forward(self.critic, info)[:, 0].astype(np.float64) / self.value_scale
 
 
 class CurrentPolicy(Policy):
@@ -117,7 +135,9 @@ def policy_from_checkpoint(ckpt, kind="average", seed=0):
         tab.load_state_dict(ckpt["sdcfr"])
         return AveragePolicy(tab, greedy, seed, kind="sdcfr")
     if base == "average":
-        return AveragePolicy(build_net(ckpt, "strategy"), greedy, seed)
+        from agents.checkpoint import build_critic
+        return AveragePolicy(build_net(ckpt, "strategy"), greedy, seed, critic=build_critic(ckpt),
+                             value_scale=ckpt.get("critic_value_scale", 0.01))
     return CurrentPolicy([build_net(ckpt, "adv0"), build_net(ckpt, "adv1")], _fallback(ckpt), greedy, seed)
 
 

@@ -26,7 +26,7 @@ from batcher.options import DeviceError, resolve_device
 from trainer.checkpoint import write_durably
 from trainer.config import apply_overrides, config_from_dict
 from trainer.loop import Trainer
-from trainer.selfplay import SelfPlaySettings
+from agents.ppo import SelfPlaySettings
 from trainer.selfplay_stage import tune_on_service
 
 
@@ -55,7 +55,7 @@ def main(argv=None):
         if field == "critic_hidden":
             continue
         ap.add_argument("--" + field.replace("_", "-"), type=type(default.default), default=default.default,
-                        help=f"trainer.selfplay.SelfPlaySettings.{field} (default {default.default})")
+                        help=f"agents.ppo.SelfPlaySettings.{field} (default {default.default})")
     args = ap.parse_args(argv)
     if args.speed_waves < 0:
         ap.error(f"--speed-waves must be >= 0, got {args.speed_waves}")

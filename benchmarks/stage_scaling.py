@@ -40,7 +40,7 @@ def _setup(args):
     """(game, SelfPlay tuner, served module) for the benchmark's net."""
     import engine
     from batcher.networks import MLP
-    from trainer.selfplay import SelfPlay, SelfPlaySettings
+    from agents.ppo import SelfPlay, SelfPlaySettings
     if args.agent:
         from agents.checkpoint import build_net, game_of, load_checkpoint
         ckpt = load_checkpoint(args.agent)

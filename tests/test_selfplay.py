@@ -1,4 +1,4 @@
-"""Self-play policy-gradient fine-tuning (trainer/selfplay.py, the stage on
+"""Self-play policy-gradient fine-tuning (agents/ppo.py, the stage on
 the service in trainer/selfplay_stage.py): the waves are real games of the
 engine played by the workers' PlayGroups on the served nets, the advantages
 follow GAE by hand, a PPO step moves probability toward what scored, and its
@@ -12,7 +12,7 @@ import torch
 from lc_helpers import ROOT, SMALL, local_wave, run_trainer, tiny_net
 
 import engine  # noqa: E402
-from trainer.selfplay import (SelfPlay, SelfPlaySettings, bf16_is_native, masked_log_softmax, onednn_isa_cap,  # noqa: E402
+from agents.ppo import (SelfPlay, SelfPlaySettings, bf16_is_native, masked_log_softmax, onednn_isa_cap,  # noqa: E402
                               resolve_autocast, scheduled_lr)
 
 torch.set_num_threads(1)
@@ -226,7 +226,7 @@ def test_a_capped_onednn_makes_auto_float32_in_a_real_process(tmp_path):
     import os
     import subprocess
     import sys
-    code = "from trainer.selfplay import resolve_autocast; print(resolve_autocast('auto', 'cpu'))"
+    code = "from agents.ppo import resolve_autocast; print(resolve_autocast('auto', 'cpu'))"
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2", PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=120, check=True)

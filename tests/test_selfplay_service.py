@@ -37,7 +37,7 @@ def _ledger_games(run_dir):
 
 def test_a_worker_killed_mid_wave_has_its_job_played_again_and_every_game_counted_once(tmp_path):
     from trainer import jobs
-    from trainer.selfplay import SelfPlaySettings
+    from agents.ppo import SelfPlaySettings
     from trainer.selfplay_stage import tune_on_service
     trainer = _trainer(tmp_path / "run", ["service.workers=2"])
     # wave 1's first records are staged: kill their worker now
@@ -60,7 +60,7 @@ def test_a_worker_started_by_hand_joins_a_running_self_play_stage(tmp_path):
     worker; one started by hand (`python -m traverser --trainer ...
     --batcher ...`) takes its jobs, and its games are counted."""
     from trainer.launcher import free_port
-    from trainer.selfplay import SelfPlaySettings
+    from agents.ppo import SelfPlaySettings
     from trainer.selfplay_stage import tune_on_service
     from batcher.client import wait_for_batcher
     jobs_ep, batcher_ep = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"

@@ -18,7 +18,10 @@ numpy and python generator states), "versions" (batcher model versions),
 "counters" (totals for metrics), "memories" (file name or None), and with
 train.average=sdcfr "sdcfr" (the running sums of agents.sdcfr). A run with
 a value net (train.value_steps > 0, trainer/value.py) adds "value_net" (its
-state dict), "value_spec" (its MLP spec) and optimizers["value"].
+state dict), "value_spec" (its MLP spec) and optimizers["value"]. From
+the self-play stage's start on, "critic" (the stage's critic, a state
+dict), "critic_spec" and "critic_value_scale" (its outputs per point);
+"selfplay" holds the stage's state to resume it, or {"done": True}.
 """
 import os
 from pathlib import Path

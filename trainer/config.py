@@ -107,11 +107,11 @@ class TrainSection:
     exit_topk: int = 4
     """Candidates of the expert-iteration search: the agent's most likely moves (0 = every legal move)."""
     selfplay_budget_s: float = 0.0
-    """Lost Cities: the last this-many seconds of the run fine-tune the strategy net (the agent) by PPO self-play (trainer/selfplay.py), after the last CFR iteration's strategy training and before the final evaluation and checkpoint (0 = none). With time_limit_s, CFR stops early enough to leave it, and it gets at most what is left of the limit. A resumed run's next strategy training starts again from the CFR memories, so resume only runs whose self-play is still to come."""
+    """Lost Cities: the last this-many seconds of the run fine-tune the strategy net (the agent) by PPO self-play (agents/ppo.py), after the last CFR iteration's strategy training and before the final evaluation and checkpoint (0 = none). With time_limit_s, CFR stops early enough to leave it, and it gets at most what is left of the limit. A resumed run's next strategy training starts again from the CFR memories, so resume only runs whose self-play is still to come."""
     selfplay_lr: float = 2e-4
-    """Adam learning rate of the self-play fine-tuning (trainer.selfplay.SelfPlaySettings.lr). A smaller rate moved the policy so little a wave that the step, not PPO's clip, bounded what a wave taught; this one gave a stronger agent in the recipe's stage (docs/studies/2026-12-03-selfplay-lr.md)."""
+    """Adam learning rate of the self-play fine-tuning (agents.ppo.SelfPlaySettings.lr). A smaller rate moved the policy so little a wave that the step, not PPO's clip, bounded what a wave taught; this one gave a stronger agent in the recipe's stage (docs/studies/2026-12-03-selfplay-lr.md)."""
     selfplay_lr_hold_s: float = -1.0
-    """-1: the self-play's learning rate is selfplay_lr throughout. Otherwise it holds selfplay_lr for this many seconds of the stage and then falls linearly to 0 at the stage's end (trainer.selfplay.scheduled_lr); a stage no longer than this never decays, so a longer run keeps a shorter run's first seconds."""
+    """-1: the self-play's learning rate is selfplay_lr throughout. Otherwise it holds selfplay_lr for this many seconds of the stage and then falls linearly to 0 at the stage's end (agents.ppo.scheduled_lr); a stage no longer than this never decays, so a longer run keeps a shorter run's first seconds."""
     selfplay_threads: int = 0
     """torch CPU threads of the self-play update, which runs while the local workers and the batcher play the next wave beside it. 0: the cores less the local workers and the embedded batcher's threads, at least 1 (1 on the 2-core box with one worker): more threads than cores left make the update's threads spin against the players and the stage slower (docs/benchmarks.md, "Self-play on the workers")."""
     selfplay_checkpoint_s: float = 300.0

@@ -92,6 +92,7 @@ class Trainer:
         self.spent_s = 0.0                # the run's time at the checkpoint it resumes from
         self.t_start = time.monotonic()   # the run's clock starts here (run() moves it back by spent_s)
         self.selfplay_state = None        # the self-play stage's state, resumed in that stage
+        self.critic, self.critic_value_scale = None, 0.01   # the self-play critic, checkpointed once the stage starts
         self.ledger = self.metrics_f = self.tb = self.supervisor = self.stats_at = None
         if resume is not None:
             self._restore(resume)

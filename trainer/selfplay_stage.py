@@ -16,7 +16,7 @@ job of a dead or silent worker out again: every game is counted once.
 
 Play and update overlap (an actor-learner split): as soon as wave k is in,
 wave k + 1's jobs go out, and the workers play it on the weights last pushed
-while the trainer runs PPO on wave k (trainer.selfplay.SelfPlay.learn),
+while the trainer runs PPO on wave k (agents.ppo.SelfPlay.learn),
 pumping the job server between minibatches; the new weights are pushed
 after. So wave k + 1 is played one version behind the weights that learn
 from it, and PPO's ratio divides by the recorded behaviour probability,
@@ -31,7 +31,7 @@ import torch
 
 from traverser.selfplay import wave_seeds
 from trainer.jobs import Job
-from trainer.selfplay import scheduled_lr
+from agents.ppo import scheduled_lr
 
 SELFPLAY_MODEL = 3          # the batcher's model id of the served policy-value net
 
@@ -47,7 +47,7 @@ def wave_jobs(run_seed, wave, games, workers):
 
 
 class SelfPlayStage:
-    """PPO self-play of `tuner` (trainer.selfplay.SelfPlay) on the workers of
+    """PPO self-play of `tuner` (agents.ppo.SelfPlay) on the workers of
     `server` (trainer.jobs.JobServer), supervised by `sup`
     (trainer.supervise.Supervisor), which serves the weights."""
 
@@ -213,7 +213,7 @@ def run_in_trainer(trainer, t, server, sup, job_config):
     selfplay_state where the run was killed in it, checkpointed every
     train.selfplay_checkpoint_s. Returns its selfplay_* metrics."""
     from agents.checkpoint import before_selfplay_checkpoint
-    from trainer.selfplay import SelfPlay, SelfPlaySettings
+    from agents.ppo import SelfPlay, SelfPlaySettings
     from trainer.warmstart import save_playing_checkpoint
     tr, log = trainer.cfg.train, trainer.log
     resumed = trainer.selfplay_state or {}
@@ -233,6 +233,7 @@ def run_in_trainer(trainer, t, server, sup, job_config):
                                 autocast=tr.selfplay_autocast, lr_hold_s=tr.selfplay_lr_hold_s)
     tuner = SelfPlay(trainer.game, trainer.nets["strategy"], settings, seed=trainer.cfg.run.seed,
                      device=trainer.device)
+    trainer.critic, trainer.critic_value_scale = tuner.critic, settings.value_scale   # every checkpoint keeps it
     if resumed:
         tuner.load_state(resumed)
         log(f"self-play: resumed at wave {tuner.waves}, {resumed['elapsed_s']:.0f} s of {budget:.0f} s spent")
@@ -263,7 +264,7 @@ def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
     What benchmarks.lc_selfplay runs on a saved agent. Its jobs go into the
     ledger RUN_DIR/jobs.jsonl (trainer.jobs.selfplay_ledger reads them)."""
     from trainer.jobs import JobLedger, JobServer, phase_config
-    from trainer.selfplay import SelfPlay
+    from agents.ppo import SelfPlay
     from trainer.supervise import Supervisor
     cfg = trainer.cfg
     server = JobServer(cfg.service.jobs_bind, cfg.service.heartbeat_timeout_s, curve_keys=cfg.service.curve_keys)

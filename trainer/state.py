@@ -82,6 +82,10 @@ def save(trainer, t, selfplay=None):
         payload["sdcfr"] = trainer.sdcfr.state_dict()
     if selfplay is not None:
         payload["selfplay"] = selfplay
+    if trainer.critic is not None:      # the self-play critic, from the stage's start on (agents.checkpoint.build_critic)
+        payload["critic"] = {n: v.detach().cpu().clone() for n, v in trainer.critic.state_dict().items()}
+        payload["critic_spec"] = trainer.critic.spec()
+        payload["critic_value_scale"] = trainer.critic_value_scale
     return ck.save_checkpoint(trainer.run_dir, t, payload)
 
 def _value_payload(trainer):

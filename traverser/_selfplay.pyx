@@ -50,7 +50,7 @@ cdef class PlayGroup:
     cdef readonly Game game
     cdef readonly int n, capacity, tensor_size, num_actions
     cdef readonly bint u8              # info rows as uint8 (the game encodes them exactly so)
-    cdef readonly object states, requests, request_slot
+    cdef readonly object states, requests, request_slot, request_player
     # trajectory columns (capacity rows) and game records (n rows)
     cdef readonly object t_info, t_mask, t_action, t_logp, t_value, t_version, t_player, t_game, t_ply
     cdef readonly object e_game, e_returns, e_decisions
@@ -60,6 +60,7 @@ cdef class PlayGroup:
     cdef uint8_t* req_u8
     cdef float* req_f32
     cdef int32_t* req_slot
+    cdef int8_t* req_player
     cdef uint8_t* ti_u8
     cdef float* ti_f32
     cdef uint8_t* tmask
@@ -102,6 +103,7 @@ cdef class PlayGroup:
         self.states = np.zeros((n, self.ssize), np.uint8)
         self.requests = np.zeros((n, T), row_dtype)
         self.request_slot = np.zeros(n, np.int32)
+        self.request_player = np.zeros(n, np.int8)
         self.t_info = np.zeros((capacity, T), row_dtype)
         self.t_mask = np.zeros((capacity, A), np.uint8)
         self.t_action = np.zeros(capacity, np.int32)
@@ -126,6 +128,7 @@ cdef class PlayGroup:
         self.req_u8 = <uint8_t*>_ptr(self.requests) if self.u8 else NULL
         self.req_f32 = NULL if self.u8 else <float*>_ptr(self.requests)
         self.req_slot = <int32_t*>_ptr(self.request_slot)
+        self.req_player = <int8_t*>_ptr(self.request_player)
         self.ti_u8 = <uint8_t*>_ptr(self.t_info) if self.u8 else NULL
         self.ti_f32 = NULL if self.u8 else <float*>_ptr(self.t_info)
         self.tmask = <uint8_t*>_ptr(self.t_mask)
@@ -186,7 +189,8 @@ cdef class PlayGroup:
     def step(self):
         """Write the row of every runnable game (at most room()) and park it;
         end the games that are over. Returns the rows written: requests[:n],
-        of the slots request_slot[:n]."""
+        of the slots request_slot[:n], each the info state of the player
+        request_player[:n] (the one to move)."""
         if self.n_req:
             raise ValueError("step: the last round's rows have not been answered (resume first)")
         with nogil:
@@ -223,6 +227,7 @@ cdef class PlayGroup:
             else:
                 gd.info_state(gd.cfg, s, p, self.req_f32 + <Py_ssize_t>self.n_req * T)
             self.req_slot[self.n_req] = i
+            self.req_player[self.n_req] = <int8_t>p
             self.status[i] = PARKED
             self.n_req += 1
 

@@ -70,10 +70,12 @@ class _Groups:
                 return -1
 
 
-def play_local(game, forward, games, seeds, sink, groups=1, slots=256, version=0):
+def play_local(game, forward, games, seeds, sink, groups=1, slots=256, version=0, seated=False):
     """Play the deals seeds (ids `games`) to the end in this process:
-    forward(rows float32 [n, T]) -> answers float32 [n, A + 1]. Returns the
-    number of games played."""
+    forward(rows float32 [n, T]) -> answers float32 [n, A + 1]; with seated,
+    forward(rows, players, games): each row's player to move (int8) and game
+    id (int64), so that the seats can play different policies (the learned
+    best response, agents/best_response.py). Returns the number of games played."""
     gs = _Groups(game, games, seeds, sink, groups, slots)
     live = list(range(len(gs.groups)))
     while live:
@@ -83,7 +85,10 @@ def play_local(game, forward, games, seeds, sink, groups=1, slots=256, version=0
                 live.remove(k)
             elif n:
                 g = gs.groups[k]
-                answers = np.ascontiguousarray(forward(g.requests[:n].astype(np.float32)), dtype=np.float32)
+                rows = g.requests[:n].astype(np.float32)
+                out = (forward(rows, g.request_player[:n], g.slot_game[g.request_slot[:n]]) if seated
+                       else forward(rows))
+                answers = np.ascontiguousarray(out, dtype=np.float32)
                 g.resume(n, answers, version)
     return gs.ended
 
