@@ -125,7 +125,8 @@ def test_a_trainer_killed_in_the_self_play_stage_resumes_the_stage_from_its_chec
             latest = ck.latest_checkpoint(run_dir)
             if latest is not None:
                 try:
-                    state = ck.load_checkpoint(latest).get("selfplay")
+                    mid = ck.load_checkpoint(latest)
+                    state = mid.get("selfplay")
                 except Exception:           # noqa: BLE001 - written while read: try again
                     state = None
                 if state is not None and state.get("waves", 0) >= 3:
@@ -144,6 +145,12 @@ def test_a_trainer_killed_in_the_self_play_stage_resumes_the_stage_from_its_chec
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     final = ck.load_checkpoint(run_dir)
     assert final["iteration"] == 2 and final["selfplay"] == {"done": True}
+    # every checkpoint from the stage on keeps the critic: the stage's own mid-stage, and the final one,
+    # trained on from it (agents.checkpoint.build_critic reads it)
+    from agents.checkpoint import build_critic
+    assert all(torch.equal(mid["critic"][k], state["critic"][k]) for k in state["critic"])
+    assert build_critic(final) is not None and final["critic_value_scale"] == 0.01
+    assert any(not torch.equal(final["critic"][k], state["critic"][k]) for k in state["critic"])
     resumed_at = int(re.search(r"self-play: resumed at wave (\d+), (\d+) s of", r.stdout).group(1))
     assert resumed_at >= state["waves"] >= 3
     # straight back into the stage: no CFR iteration, CFR's agent kept as it was
