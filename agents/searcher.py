@@ -22,8 +22,12 @@ At each decision the player
      blueprint for both sides for `depth` decisions and the heuristic after
      (`playout="blueprint"`), or with the blueprint for the searching player's
      next `depth` decisions (0: all of them) and the heuristic for the
-     opponent, then for both (`playout="mixed"`); every playout of the
-     decision advances together, so the blueprint's forwards are batched;
+     opponent, then for both (`playout="mixed"`); or with the blueprint
+     for both sides for `depth` decisions (0: none) and then values the
+     position by the blueprint's self-play critic, the kept one of its
+     checkpoint, from the view of the player to act (`playout="critic"`; the
+     final score where the game ended); every playout of the decision
+     advances together, so the blueprint's forwards are batched;
   4. plays the candidate with the best mean final score difference; or,
      with `prefer=True` and a blueprint, the blueprint's own most likely
      move unless the search dropped it as worse (it left the race, or was
@@ -77,7 +81,7 @@ import numpy as np
 from engine._batch import StateBatch
 from engine._lc_search import race_values, search_values
 
-PLAYOUTS = ("heuristic", "random", "blueprint", "mixed")
+PLAYOUTS = ("heuristic", "random", "blueprint", "mixed", "critic")
 SCHEDULES = ("race", "halving", "plain")
 
 # The settings measured best (docs/studies/2026-12-01-search-player.md), which the
@@ -108,8 +112,12 @@ class SearchPlayer:
             raise ValueError(f"worlds and chunk must be at least 1, got {worlds} and {chunk}")
         if playout not in PLAYOUTS:
             raise ValueError(f"playout must be one of {', '.join(PLAYOUTS)}, got {playout!r}")
-        if (topk > 0 or playout in ("blueprint", "mixed")) and blueprint is None:
-            raise ValueError("topk and blueprint playouts need a blueprint (a trained run)")
+        if (topk > 0 or playout in ("blueprint", "mixed", "critic")) and blueprint is None:
+            raise ValueError("topk and blueprint or critic playouts need a blueprint (a trained run)")
+        if playout == "critic" and getattr(blueprint, "critic", None) is None:
+            raise ValueError("playout=critic values the leaves by the self-play critic: the blueprint's "
+                             "checkpoint kept none (a run without a self-play stage, or written before "
+                             "checkpoints kept it)")
         if prefer and blueprint is None:
             raise ValueError("prefer keeps the blueprint's move: it needs a blueprint (a trained run)")
         if topk < 0 or depth < 0:
@@ -166,7 +174,8 @@ class SearchPlayer:
             parts.append(f"topk={self.topk}")
         if self.prefer:
             parts.append("prefer=blueprint")
-        parts.append(f"playout={self.playout}" + (f",depth={self.depth}" if self.playout in ("blueprint", "mixed") else ""))
+        parts.append(f"playout={self.playout}"
+                     + (f",depth={self.depth}" if self.playout in ("blueprint", "mixed", "critic") else ""))
         if self.time_limit_s:
             parts.append(f"time={self.time_limit_s * 1000:g}ms")
         if self.oracle is not None:
@@ -291,6 +300,9 @@ class SearchPlayer:
         b.apply(np.arange(n), np.repeat(np.asarray(cands, np.int32), K))
         if self.opponent is not None:
             self._opponent_turn(me, n, K, seed)
+        if self.playout == "critic":
+            self._blueprint_steps(n, self.depth)
+            return self._critic_values(me, n).reshape(A, K)
         if self.playout == "blueprint":
             self._blueprint_steps(n, self.depth)
         elif self.playout == "mixed":
@@ -339,6 +351,23 @@ class SearchPlayer:
             if not live:
                 return
             b.apply(np.concatenate(actions_rows), np.concatenate(actions))
+
+    def _critic_values(self, me, n):
+        """float64 [n]: each row's value for `me` in points: the final score
+        difference where the game is over, else the blueprint's critic on
+        the info state of the player to act (its own expected margin, the
+        sign turned where that is the opponent), one forward per player."""
+        b = self.batch
+        out = b.returns(me, 0, n).astype(np.float64)
+        players = b.current_players(0, n)
+        for p in (0, 1):
+            rows = np.flatnonzero(players == p)
+            if len(rows):
+                m = len(rows)
+                b.encode(rows, p, self.info, self.mask)
+                v = self.blueprint.values(self.info[:m])
+                out[rows] = v if p == me else -v
+        return out
 
     def _mixed_steps(self, me, seed, n, depth):
         """The blueprint plays `me`'s next `depth` decisions (0: every one to

@@ -201,3 +201,62 @@ def test_the_checkpoint_keeps_the_critic_and_the_policy_answers_its_value(tmp_pa
     assert build_policy_value(load_checkpoint(tmp_path / "b")) is None
     with pytest.raises(ValueError, match="no critic"):
         load_policy(tmp_path / "b").values(info)
+
+
+# ---------------------------------------------------------------- the search valued by the critic
+
+def _play_phase_state(game, seed, plies):
+    """A state after `plies` random moves, moved on to a play (not a draw) decision."""
+    rng = np.random.default_rng(seed)
+    state = game.new_initial_state(seed=seed)
+    for _ in range(plies):
+        state.apply_action(int(rng.choice(state.legal_actions())))
+    draws = 2 * _kinds(game, SMALL["colours"])          # the draw actions: the deck, then each pile
+    while any(a >= draws for a in state.legal_actions()):
+        state.apply_action(int(rng.choice(state.legal_actions())))
+    return state
+
+
+def test_search_valued_by_the_critic_picks_the_move_the_critic_values_most(tmp_path):
+    """depth 0: after a play or a discard the searcher draws next, so the
+    leaf is its own info state, the same in every world: each candidate's
+    value is the critic's on the position after it, as computed here by hand."""
+    from agents.searcher import SearchPlayer
+    _save_run(tmp_path / "a")
+    policy = load_policy(tmp_path / "a", kind="average-greedy")
+    game = policy.game
+    for seed in range(4):
+        state = _play_phase_state(game, seed, 6 + 2 * seed)
+        me = state.current_player()
+        by_hand = {}
+        for a in state.legal_actions():
+            after = state.clone()
+            after.apply_action(a)
+            assert after.current_player() == me
+            by_hand[a] = policy.values(np.asarray(after.information_state_tensor(me), np.float32)[None])[0]
+        plain = SearchPlayer(game, blueprint=policy, worlds=4, playout="critic", depth=0, halving=False)
+        plain.search(state)
+        cands, means, counts = plain.last_values
+        assert list(cands) == sorted(by_hand) and np.all(counts == 4)
+        assert np.allclose(means, [by_hand[a] for a in cands], rtol=1e-5)
+        best = max(by_hand, key=lambda a: (by_hand[a], -a))
+        assert SearchPlayer(game, blueprint=policy, worlds=8, playout="critic", depth=0).step(state) == best
+
+
+def test_search_valued_by_the_critic_scores_finished_games_by_their_result(tmp_path):
+    """With a depth past every game's end, no leaf reaches the critic: the
+    values are the final score differences of the blueprint's playouts,
+    as the blueprint playouts find them."""
+    from agents.searcher import SearchPlayer
+    _save_run(tmp_path / "a")
+    policy = load_policy(tmp_path / "a", kind="average-greedy")
+    state = _play_phase_state(policy.game, 3, 10)
+    values = []
+    for playout in ("critic", "blueprint"):
+        p = SearchPlayer(policy.game, blueprint=policy, worlds=6, playout=playout, depth=400, halving=False)
+        p.search(state)
+        values.append(p.last_values[1])
+    assert np.array_equal(values[0], values[1])
+    _save_run(tmp_path / "b", critic=False)
+    with pytest.raises(ValueError, match="kept none"):
+        SearchPlayer(policy.game, blueprint=load_policy(tmp_path / "b"), playout="critic")
