@@ -308,11 +308,13 @@ class SelfPlay:
         return adv, adv + values
 
     def return_error(self, wave, returns, values):
-        """{"critic_heldout_mse", "zero_mse"}: the critic's values (taken
-        before it trained on the wave) and 0, each against every decision's
-        final return for the player who made it, scaled."""
+        """{"critic_heldout_mse", "mean_mse", "zero_mse"}: the critic's values
+        (taken before it trained on the wave: its games are held out whole),
+        the wave's mean return and 0, each against every decision's final
+        return for the player who made it, scaled."""
         r = returns[wave["row"], wave["player"]] * self.settings.value_scale
-        return {"critic_heldout_mse": float(np.mean((values - r) ** 2)), "zero_mse": float(np.mean(r ** 2))}
+        return {"critic_heldout_mse": float(np.mean((values - r) ** 2)), "mean_mse": float(np.var(r)),
+                "zero_mse": float(np.mean(r ** 2))}
 
     # ---- learning
     def update(self, wave, adv, target, policy=True, tick=None):

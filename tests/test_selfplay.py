@@ -100,6 +100,11 @@ def test_advantages_are_gae_along_each_players_own_decisions(lam):
     np.testing.assert_allclose(target, want + v, atol=1e-6)
     if lam == 1.0:                         # Monte Carlo: the target is the return itself
         np.testing.assert_allclose(target, [0.3, 0.1, -0.3, -0.1, 0.3], atol=1e-6)
+    # the critic's error on the wave, its mean return's and 0's, against each decision's own return
+    r = np.array([0.3, 0.1, -0.3, -0.1, 0.3])
+    err = tuner.return_error(wave, ret, v)
+    assert err["critic_heldout_mse"] == pytest.approx(np.mean((v - r) ** 2))
+    assert err["mean_mse"] == pytest.approx(np.mean((r - r.mean()) ** 2)) and err["zero_mse"] == pytest.approx(0.058)
 
 
 @pytest.mark.parametrize("autocast", ["none", "bf16"])

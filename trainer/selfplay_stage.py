@@ -132,7 +132,7 @@ class SelfPlayStage:
         saved = time.monotonic()
         self._push()
         self._submit()
-        last, done, lags, policy_s = {}, 0, [], 0.0
+        last, done, lags, policy_s, errors = {}, 0, [], 0.0, []
         requeued, dropped = self.server.requeued, self.server.dropped_rows
         while True:
             tw = time.monotonic()
@@ -148,6 +148,7 @@ class SelfPlayStage:
             self._push()
             done += 1
             lags.append(last["version_lag"])
+            errors.append((last["critic_heldout_mse"], last["mean_mse"]))
             last.update(wait_s=waited, wave_s=time.monotonic() - tw, play_s=played)
             if "kl" in last:
                 policy_s += last["wave_s"]
@@ -166,13 +167,17 @@ class SelfPlayStage:
                 "selfplay_s": self.elapsed_s, "selfplay_mean_version_lag": float(np.mean(lags)),
                 "selfplay_policy_s": policy_s, "selfplay_requeued_jobs": self.server.requeued - requeued,
                 "selfplay_dropped_rows": self.server.dropped_rows - dropped,
+                # the critic on its last 10 waves, each before it trained on it, next to the waves' mean return
+                "selfplay_critic_last10_mse": float(np.mean([e[0] for e in errors[-10:]])),
+                "selfplay_mean_last10_mse": float(np.mean([e[1] for e in errors[-10:]])),
                 **{f"selfplay_{k}": v for k, v in last.items() if k != "wave"}}
 
 
 def wave_line(m, games, elapsed):
     """A wave's log line."""
     parts = [f"self-play wave {m['wave']}: {games} games in {elapsed:.0f} s",
-             f"critic error on the new wave {m['critic_heldout_mse']:.4f} (zero {m['zero_mse']:.4f})"]
+             f"critic error on the new wave {m['critic_heldout_mse']:.4f} (its mean {m['mean_mse']:.4f}, "
+             f"zero {m['zero_mse']:.4f})"]
     if "kl" in m:
         parts.append(f"kl {m['kl']:.4f}, clipped {m['clipped']:.3f}, entropy {m['entropy']:.3f}, lr {m['lr']:.2g}")
     else:

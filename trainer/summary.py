@@ -14,6 +14,10 @@ def iteration_line(m):
                   f"adv loss {m.get('adv_loss_0') or 0:.4g}/{m.get('adv_loss_1') or 0:.4g}"]
     if m.get("selfplay_waves"):
         parts.append(f"self-play {m['selfplay_waves']} waves, {m['selfplay_games']} games")
+        if m.get("selfplay_mean_last10_mse"):       # the critic on its last waves, each held out whole
+            parts.append(f"critic held-out MSE {m['selfplay_critic_last10_mse']:.4g} "
+                         f"({1 - m['selfplay_critic_last10_mse'] / m['selfplay_mean_last10_mse']:.0%} "
+                         f"below the mean's)")
     if "adv_heldout_mse_0" in m and "adv_heldout_mse_1" in m:
         # the advantage nets on this iteration's new samples, before training on them
         parts.append(f"adv held-out {m['adv_heldout_mse_0']:.4g}/{m['adv_heldout_mse_1']:.4g} "
