@@ -143,12 +143,13 @@ def save_responder(path, ckpt, learner, info):
     return path
 
 
-def train_responders(opponents, game, ckpt, policy, seed=0, log=print):
+def train_responders(opponents, game, ckpt, policy, seed=0, log=print, searching=False):
     """agents.evaluate's br:MINUTES opponents, each trained against `policy`
     (the checkpoint's strategy-net read-out) and saved (responder_path).
     Returns (the opponent list with each br: item replaced by the
     run:PATH:average-greedy that plays its responder, {that run: spec -> the
-    br: item}). ValueError in one line when the agent cannot be responded to."""
+    br: item}). searching: the agent is a search player over `policy`.
+    ValueError in one line when the agent cannot be responded to."""
     import os
 
     from agents.checkpoint import build_critic
@@ -162,6 +163,9 @@ def train_responders(opponents, game, ckpt, policy, seed=0, log=print):
         minutes = parse_br(o)
         if game.name != "lost_cities":
             raise ValueError(f"{o}: the learned best response is for lost_cities, not {game.name}")
+        if searching:
+            raise ValueError(f"{o}: the responder learns against the strategy net, not the search player "
+                             "over it: drop --search to measure the net's exploitability")
         if getattr(policy, "kind", None) != "average":
             raise ValueError(f"{o}: the responder learns against a strategy net's read-out (average or "
                              f"average-greedy), not {getattr(policy, 'name', type(policy).__name__)}")

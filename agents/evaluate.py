@@ -355,7 +355,8 @@ def main(argv=None):
     spec = {"checkpoint": ckpt["path"], "policy": kind, "seed": args.seed, "search": settings}
     try:        # br:MINUTES: a responder trained against the agent now, then played as a run: side
         opponents, responders = train_responders(opponents, game, ckpt, policy, seed=args.seed,
-                                                 log=lambda line: print(line, file=sys.stderr))
+                                                 log=lambda line: print(line, file=sys.stderr),
+                                                 searching=agent is not policy)
     except (ValueError, OSError) as e:
         print(f"error: --opponent: {_first_line(e)}", file=sys.stderr)
         return 2

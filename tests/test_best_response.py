@@ -96,6 +96,10 @@ def test_cli_bad_br_specs_are_one_line_errors(tmp_path):
         assert eval_main([str(tmp_path / "a"), "--policy", "current-greedy", "--games", "2",
                           "--opponent", "br:0.01"]) == 2
     assert "strategy net" in buf.getvalue() and len(buf.getvalue().strip().splitlines()) == 1
+    buf = io.StringIO()
+    with contextlib.redirect_stderr(buf):
+        assert eval_main([str(tmp_path / "a"), "--search", "worlds=2", "--games", "2", "--opponent", "br:0.01"]) == 2
+    assert "not the search player" in buf.getvalue() and len(buf.getvalue().strip().splitlines()) == 1
 
 
 # ---------------------------------------------------------------- training
