@@ -128,6 +128,11 @@ def test_summary_says_what_the_self_play_did_and_where_cfrs_agent_is():
     assert lines[1] == ("self-play: 245,248 games of PPO (479 waves) in 21m 44s; "
                         "CFR's agent kept: --opponent run:'runs/a b/checkpoints/before_selfplay.pt'")
     assert "vs heuristic" in "\n".join(lines)          # the evaluation still fits
+    # with the critic's figures: how far below the mean return's error it came on its last waves
+    m.update(selfplay_critic_last10_mse=0.06, selfplay_mean_last10_mse=0.1)
+    assert final_summary(m, "r", cfg, 1).splitlines()[1] == (
+        "self-play: 245,248 games of PPO (479 waves) in 21m 44s; its critic 40% below the mean return's error "
+        "on its last waves, kept in the checkpoint; CFR's agent kept: --opponent run:r/checkpoints/before_selfplay.pt")
     # a run whose self-play found no time left, or that had none, says nothing of it
     for none in ({**NEW_KEYS, "selfplay_waves": 0}, NEW_KEYS):
         assert "self-play" not in final_summary(none, "r", cfg, 1)

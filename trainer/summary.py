@@ -16,8 +16,7 @@ def iteration_line(m):
         parts.append(f"self-play {m['selfplay_waves']} waves, {m['selfplay_games']} games")
         if m.get("selfplay_mean_last10_mse"):       # the critic on its last waves, each held out whole
             parts.append(f"critic held-out MSE {m['selfplay_critic_last10_mse']:.4g} "
-                         f"({1 - m['selfplay_critic_last10_mse'] / m['selfplay_mean_last10_mse']:.0%} "
-                         f"below the mean's)")
+                         f"(mean {m['selfplay_mean_last10_mse']:.4g})")
     if "adv_heldout_mse_0" in m and "adv_heldout_mse_1" in m:
         # the advantage nets on this iteration's new samples, before training on them
         parts.append(f"adv held-out {m['adv_heldout_mse_0']:.4g}/{m['adv_heldout_mse_1']:.4g} "
@@ -144,8 +143,12 @@ def _self_play_line(m, run_dir):
     measure what the self-play added)."""
     from agents.checkpoint import BEFORE_SELFPLAY, checkpoint_dir
     before = shlex.quote(str(checkpoint_dir(run_dir) / BEFORE_SELFPLAY))
+    critic = ""
+    if m.get("selfplay_mean_last10_mse"):
+        critic = (f"; its critic {1 - m['selfplay_critic_last10_mse'] / m['selfplay_mean_last10_mse']:.0%} below the "
+                  f"mean return's error on its last waves, kept in the checkpoint")
     return (f"self-play: {m.get('selfplay_games', 0):,} games of PPO ({m['selfplay_waves']} waves) in "
-            f"{_duration(m.get('selfplay_s', 0.0))}; CFR's agent kept: --opponent run:{before}")
+            f"{_duration(m.get('selfplay_s', 0.0))}{critic}; CFR's agent kept: --opponent run:{before}")
 
 
 def _evaluation_lines(m, budget):
