@@ -15,6 +15,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -74,9 +75,16 @@ def main(argv=None):
         raise SystemExit(f"lc_selfplay: {ckpt['path']} is a {game.name} run; self-play here is for lost_cities")
     settings = SelfPlaySettings(**{f: getattr(args, f) for f in SelfPlaySettings.__dataclass_fields__
                                    if f != "critic_hidden"})
-    if args.speed_waves:
-        return speed(ckpt, settings, args)
-    trainer = service_trainer(ckpt, args)
+    with tempfile.TemporaryDirectory(prefix="lc_selfplay_") as scratch:   # the services' logs, unless --run-dir
+        if args.speed_waves:
+            return speed(ckpt, settings, args, scratch)
+        return tune(ckpt, settings, args, scratch)
+
+
+def tune(ckpt, settings, args, scratch):
+    """--budget-s (or --waves) of self-play, the tuned agent saved as --out
+    and, with --eval-games, judged."""
+    trainer = service_trainer(ckpt, args, scratch)
     stats = tune_on_service(trainer, settings, budget_s=None if args.waves else args.budget_s, waves=args.waves,
                             seed=args.seed)
     net = trainer.nets["strategy"]
@@ -84,6 +92,8 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     tuned = {k: v for k, v in ckpt.items() if k != "path"}
     tuned["nets"] = dict(ckpt["nets"], strategy={k: v.detach().cpu() for k, v in net.state_dict().items()})
+    tuned.update(critic={k: v.detach().cpu() for k, v in trainer.critic.state_dict().items()},
+                 critic_spec=trainer.critic.spec(), critic_value_scale=trainer.critic_value_scale)
     tuned["selfplay"] = {"from": ckpt["path"], "settings": {k: getattr(settings, k) for k in
                                                            SelfPlaySettings.__dataclass_fields__},
                          **{k: v for k, v in stats.items() if isinstance(v, (int, float))}}
@@ -102,24 +112,24 @@ def main(argv=None):
 
 
 
-def service_trainer(ckpt, args):
+def service_trainer(ckpt, args, scratch):
     """A Trainer of the checkpoint's config and nets whose services are
-    --workers local workers and a batcher, its logs in --run-dir."""
-    import tempfile
+    --workers local workers and a batcher, its logs in --run-dir (else in a
+    fresh directory under `scratch`, removed at the end)."""
     cfg = config_from_dict(ckpt["config"])
     apply_overrides(cfg, [f"service.workers={args.workers}", f"train.device={args.device}",
                           "train.selfplay_budget_s=0", "train.time_limit_s=0", "run.tensorboard=false"])
     if args.threads > 0:
         apply_overrides(cfg, [f"train.torch_threads={args.threads}", f"train.selfplay_threads={args.threads}"])
     apply_overrides(cfg, args.set)
-    run_dir = args.run_dir or tempfile.mkdtemp(prefix="lc_selfplay_")
+    run_dir = args.run_dir or tempfile.mkdtemp(dir=scratch)
     trainer = Trainer(cfg, run_dir, log=lambda line: print(line, flush=True))
     for name, net in trainer.nets.items():
         net.load_state_dict(ckpt["nets"][name])
     return trainer
 
 
-def speed(ckpt, settings, args):
+def speed(ckpt, settings, args, scratch):
     """Seconds a policy wave through the service with the update in float32
     and in bfloat16 from the same agent, each measured twice (none, bf16,
     none, bf16), printed side by side."""
@@ -128,7 +138,7 @@ def speed(ckpt, settings, args):
           f"{settings.games} games a wave, {settings.epochs} epochs, {args.workers} worker(s), on {args.device}",
           flush=True)
     for autocast in ("none", "bf16", "none", "bf16"):
-        trainer = service_trainer(ckpt, args)
+        trainer = service_trainer(ckpt, args, scratch)
         waves = settings.critic_waves + args.speed_waves
         stats = tune_on_service(trainer, replace(settings, autocast=autocast), waves=waves, seed=args.seed)
         per_wave = stats["selfplay_policy_s"] / args.speed_waves

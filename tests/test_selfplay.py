@@ -254,7 +254,7 @@ def test_bad_settings_are_refused_by_name(field, value):
         SelfPlaySettings(**{field: value}).check()
 
 
-def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_path, capsys):
+def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_path, capsys, monkeypatch):
     import json
     from agents.checkpoint import before_selfplay_checkpoint, game_of, load_checkpoint
     from agents.head_to_head import load_side
@@ -278,11 +278,18 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert f"CFR's agent kept as {before['path']}" in r.stdout
     for name in ("adv0", "adv1"):
         assert all(torch.equal(final["nets"][name][k], v) for k, v in before["nets"][name].items())
-    if last["selfplay_waves"] >= 2:          # the first wave trains the critic only
+    if last["selfplay_waves"] > SelfPlaySettings().critic_waves:      # the first waves train the critic only
         assert not all(torch.equal(final["nets"]["strategy"][k], v) for k, v in before["nets"]["strategy"].items())
     side = load_side(f"run:{before['path']}:average-greedy", game_of(final))
     assert side.checkpoint == before["path"]
+    from agents.checkpoint import build_critic
+    assert build_critic(final) is not None and build_critic(before) is None     # the stage's critic is kept
     # the benchmark: a saved checkpoint whose strategy net is tuned further, every other net as it was
+    import tempfile
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))         # where its services' logs go, and are removed
+    assert not list(scratch.glob("lc_selfplay_*"))
     out = tmp_path / "tuned.pt"
     lc_selfplay.main([str(run_dir), "--out", str(out), "--waves", "2", "--games", "3", "--critic-waves", "1",
                       "--lr", "0.01", "--eval-games", "2", "--jobs", "1"])
@@ -293,6 +300,8 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert not all(torch.equal(src["nets"]["strategy"][k], v) for k, v in tuned["nets"]["strategy"].items())
     assert all(torch.equal(src["nets"]["adv0"][k], v) for k, v in tuned["nets"]["adv0"].items())
     assert load_policy(str(out), kind="average-greedy").game.name == "lost_cities"
+    assert build_critic(tuned) is not None and load_policy(str(out)).critic is not None
+    assert not list(scratch.glob("lc_selfplay_*"))
     printed = capsys.readouterr().out
     assert '"selfplay_waves": 2' in printed and "agents.evaluate" in printed
     # the speed comparison: float32 and bf16 waves from the same agent, side by side, nothing saved
@@ -302,6 +311,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert json.loads(printed.strip().splitlines()[-1])["bf16_s_per_wave"] == pytest.approx(
         figures["bf16_s_per_wave"], abs=1e-3)
     assert figures["float32_s_per_wave"] > 0 and figures["bf16_s_per_wave"] > 0
+    assert not list(scratch.glob("lc_selfplay_*"))                   # nothing left behind
     with pytest.raises(SystemExit):
         lc_selfplay.main([str(run_dir), "--waves", "1"])           # no --out and no --speed-waves
     assert "--out is needed" in capsys.readouterr().err

@@ -267,7 +267,8 @@ def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
     nets loaded) on its own services: the batcher and local workers of its
     config (service.*) are started, the stage runs, and they are stopped.
     What benchmarks.lc_selfplay runs on a saved agent. Its jobs go into the
-    ledger RUN_DIR/jobs.jsonl (trainer.jobs.selfplay_ledger reads them)."""
+    ledger RUN_DIR/jobs.jsonl (trainer.jobs.selfplay_ledger reads them); the
+    critic it trained is then trainer.critic."""
     from trainer.jobs import JobLedger, JobServer, phase_config
     from agents.ppo import SelfPlay
     from trainer.supervise import Supervisor
@@ -279,6 +280,7 @@ def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
         sup = Supervisor(trainer, server).start()
         sup.enter("self-play")
         tuner = SelfPlay(trainer.game, trainer.nets["strategy"], settings, seed=seed, device=trainer.device)
+        trainer.critic, trainer.critic_value_scale = tuner.critic, settings.value_scale
         workers = cfg.service.workers or server.live_workers()
         threads = (update_threads(cfg), torch.get_num_threads())
         stage = SelfPlayStage(tuner, server, sup, phase_config(cfg), seed, workers=workers, ledger=ledger,
