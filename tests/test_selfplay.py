@@ -254,7 +254,7 @@ def test_bad_settings_are_refused_by_name(field, value):
         SelfPlaySettings(**{field: value}).check()
 
 
-def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_path, capsys, monkeypatch):
+def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_path, capsys, monkeypatch, request):
     import json
     from agents.checkpoint import before_selfplay_checkpoint, game_of, load_checkpoint
     from agents.head_to_head import load_side
@@ -285,10 +285,13 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     from agents.checkpoint import build_critic
     assert build_critic(final) is not None and build_critic(before) is None     # the stage's critic is kept
     # the benchmark: a saved checkpoint whose strategy net is tuned further, every other net as it was
+    import shutil
     import tempfile
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))         # where its services' logs go, and are removed
+    from pathlib import Path
+    # where its services' logs go, and are removed: a short path, as the services' ipc:// sockets are made there
+    scratch = Path(tempfile.mkdtemp(prefix="lcsp_"))
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     assert not list(scratch.glob("lc_selfplay_*"))
     out = tmp_path / "tuned.pt"
     lc_selfplay.main([str(run_dir), "--out", str(out), "--waves", "2", "--games", "3", "--critic-waves", "1",
