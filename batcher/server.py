@@ -40,7 +40,6 @@ cannot even be addressed), and the loop goes on.
 import collections
 import copy
 import logging
-import math
 import os
 import signal
 import time
@@ -60,6 +59,17 @@ log = logging.getLogger("batcher")
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}     # forward precisions; "none": float32
 MAX_HEADER_BYTES = 1 << 20      # headers are small maps; anything larger is refused
 MAX_SPEC_PARAMS = 1 << 28       # a weights spec may not describe a larger net (about 1 GiB of float32)
+
+
+def split_wait(wait_s):
+    """(seconds to sleep, milliseconds to poll) for a wait of wait_s: whole
+    milliseconds go to the poll, which input cuts short; a wait under one
+    millisecond is slept."""
+    if wait_s <= 0:
+        return 0.0, 0
+    if wait_s < 1e-3:
+        return wait_s, 0
+    return 0.0, int(wait_s * 1000)
 
 
 class Batcher:
@@ -161,11 +171,19 @@ class Batcher:
             self.shm.close()
 
     def _poll_timeout_ms(self):
+        """How long the loop may wait for input: until the oldest queued row's
+        max_wait is up. zmq polls in whole milliseconds, so the last part
+        under a millisecond is slept here (input that arrives meanwhile is
+        read right after): rounding it up held every due batch up to a
+        millisecond past max_wait, a round trip's worth for a worker whose
+        rows are all in flight."""
         if not self.queues:
             return 100
-        now = time.monotonic()
-        wait = min(q[0].arrived for q in self.queues.values() if q) + self.opts.max_wait_us * 1e-6 - now
-        return max(0, math.ceil(wait * 1000)) if wait > 0 else 0
+        wait = min(q[0].arrived for q in self.queues.values() if q) + self.opts.max_wait_us * 1e-6 - time.monotonic()
+        sleep_s, timeout_ms = split_wait(wait)
+        if sleep_s:
+            time.sleep(sleep_s)
+        return timeout_ms
 
     def _receive_all(self, budget=10000):
         for _ in range(budget):

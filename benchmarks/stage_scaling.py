@@ -20,7 +20,10 @@ The remote-worker share: one worker's games/s through the batcher over the
 same games played in this process by the same code (traverser.selfplay.
 play_local, the forward in this process, one torch thread), measured in
 the same run. On a box with too few cores for W workers, W x the share is
-the stage's reach, as the service ceiling reasons for CFR.
+the stage's reach, as the service ceiling reasons for CFR. With
+--null-forward both sides answer every row with ones (a uniform policy, no
+net), as the ceiling does: the share is then what the service costs the
+worker itself, where a GPU makes the forward nearly free.
 """
 import json
 import os
@@ -73,7 +76,8 @@ def run_point(args, game, served, workers, autocast=None):
     py = sys.executable
     batcher = spawn_batcher([py, "-m", "batcher", "--bind", endpoint, "--device", args.device, "--torch-threads",
                              str(args.batcher_threads), "--max-batch", str(args.max_batch),
-                             *(["--max-wait-us", str(args.max_wait_us)] if args.max_wait_us is not None else [])],
+                             *(["--max-wait-us", str(args.max_wait_us)] if args.max_wait_us is not None else []),
+                             *(["--null-forward"] if args.null_forward else [])],
                             endpoint, cwd=ROOT,
                             preexec_fn=_die_with_parent)      # a killed benchmark leaves no child behind
     server = JobServer("tcp://127.0.0.1:0", heartbeat_timeout_s=60)
@@ -119,16 +123,21 @@ def run_point(args, game, served, workers, autocast=None):
         remove_local_endpoint(endpoint)
 
 
-def in_process_rate(game, served, games, seconds, autocast="none"):
+def in_process_rate(game, served, games, seconds, autocast="none", null_forward=False):
     """Games/s of play_local on this process's one torch thread, in the
-    stage's play precision (the remote share's denominator)."""
+    stage's play precision (the remote share's denominator); with
+    null_forward every row is answered with ones, as the batcher's
+    --null-forward does."""
     from traverser.selfplay import play_local, wave_seeds
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    cols = game.num_distinct_actions() + 1
     try:
         done, t0, wave = 0, time.monotonic(), 0
         while time.monotonic() - t0 < seconds:
             def forward(rows):
+                if null_forward:
+                    return np.ones((len(rows), cols), np.float32)
                 with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast == "bf16"):
                     return served(torch.from_numpy(rows)).float().numpy()
             done += play_local(game, forward, np.arange(games), wave_seeds(1, wave, games), lambda d, e: None,
@@ -170,7 +179,7 @@ def selfplay_scaling(args):
         print(f"{w:3d} workers: {r['games_per_s']:8.1f} games/s ({r['decisions_per_s']:,.0f} decisions/s) played, "
               f"batcher busy {r['batcher_busy']:.2f}, mean batch {r['mean_batch']:.0f}", flush=True)
     upd, wave_decisions = update_rate(tuner, committed, args.update_waves, args.update_threads)
-    local = in_process_rate(game, served, args.games, args.window_s, tuner.autocast)
+    local = in_process_rate(game, served, args.games, args.window_s, tuner.autocast, args.null_forward)
     one = rows[0]["games_per_s"] / rows[0]["workers"]
     for r in rows:
         r["update_games_per_s"] = upd
@@ -186,7 +195,8 @@ def selfplay_scaling(args):
               f"{r['scaling']:.2f} of W x one worker's; limit: {r['limit']}", flush=True)
     meta = {"stage": "selfplay", "agent": args.agent, "hidden": None if args.agent else args.hidden,
             "games": args.games, "device": args.device, "cpu_count": os.cpu_count(), "warmup_s": args.warmup_s,
-            "window_s": args.window_s, "in_process_games_per_s": local, "remote_share": share,
+            "window_s": args.window_s, "null_forward": args.null_forward, "groups": args.groups,
+            "max_wait_us": args.max_wait_us, "in_process_games_per_s": local, "remote_share": share,
             "loadavg_after": os.getloadavg()}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"wrote {args.out}.json")

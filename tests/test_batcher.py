@@ -27,7 +27,7 @@ from batcher import protocol as P  # noqa: E402
 from batcher.__main__ import build_parser  # noqa: E402
 from batcher.client import BatcherClient, BatcherError, BatcherTimeout, infer_blocking  # noqa: E402
 from batcher.networks import MLP, net_for_game  # noqa: E402
-from batcher.server import Batcher, BatcherOptions, DeviceError, resolve_device  # noqa: E402
+from batcher.server import Batcher, BatcherOptions, DeviceError, resolve_device, split_wait  # noqa: E402
 from traverser.config import TraverserConfig  # noqa: E402
 from traverser.worker import run_remote  # noqa: E402
 
@@ -377,6 +377,14 @@ def test_forwards_in_flight_are_answered_once_done_and_a_device_error_fails_only
         assert not b._flights
         assert_serves(srv, nets)                          # and it goes on
     assert not srv.errors
+
+
+def test_split_wait_sleeps_the_part_under_a_millisecond():
+    # zmq polls whole milliseconds: rounding 0.3 ms up to 1 ms held due batches up to a millisecond late
+    assert split_wait(-0.001) == (0.0, 0) and split_wait(0.0) == (0.0, 0)
+    assert split_wait(0.0003) == (0.0003, 0)
+    assert split_wait(0.0026) == (0.0, 2)          # the loop comes back for the last 0.6 ms
+    assert split_wait(0.1) == (0.0, 100)
 
 
 def test_batching_merges_requests_of_one_model_only():

@@ -361,15 +361,19 @@ def test_scaling_benchmark_smoke(tmp_path):
     assert out.with_suffix(".csv").exists() and out.with_suffix(".png").stat().st_size > 0
 
 
-def test_self_play_stage_scaling_smoke(tmp_path):
+@pytest.mark.parametrize("null", [False, True])
+def test_self_play_stage_scaling_smoke(tmp_path, null):
     """--stage selfplay end to end, small: games played through a real
-    batcher and worker, the update's rate, the share, and a named limit."""
+    batcher and worker, the update's rate, the share, and a named limit;
+    with --null-forward, no net on either side of the share."""
     out = tmp_path / "sp"
     r = H.run_cli(["-m", "benchmarks.scaling", "--stage", "selfplay", "--workers", "1", "--hidden", "16",
                    "--games", "8", "--warmup-s", "0.5", "--window-s", "1.5", "--machines", "4", "--groups", "2",
-                   "--device", "cpu", "--update-waves", "1", "--update-threads", "1", "--out", str(out)], timeout=240)
+                   "--device", "cpu", "--update-waves", "1", "--update-threads", "1", "--out", str(out),
+                   *(["--null-forward"] if null else [])], timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     data = json.loads(out.with_suffix(".json").read_text())
+    assert data["meta"]["null_forward"] is null
     row = data["rows"][0]
     assert data["meta"]["stage"] == "selfplay" and row["workers"] == 1 and row["waves"] >= 1
     assert row["games_per_s"] > 0 and row["decisions_per_s"] > row["games_per_s"] and row["update_games_per_s"] > 0
