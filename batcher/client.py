@@ -260,15 +260,19 @@ class BatcherClient:
             self.in_flight.pop(req_id, None)
             raise
 
-    def push_weights(self, model_id, net, version, autocast=None):
+    def push_weights(self, model_id, net, version, autocast=None, max_wait_us=None):
         """Install `net` as model_id at `version` (must increase); returns the
         ack. autocast: its forwards' precision on the batcher (none, bf16,
-        fp16), or None for the batcher's own."""
+        fp16), or None for the batcher's own; max_wait_us: how long its
+        rows wait for more rows before a forward, or None for the batcher's
+        own (--max-wait-us)."""
         from batcher.weights import net_to_bytes    # torch: only the trainer's client needs it
         spec, blob = net_to_bytes(net)
         header = {"type": P.WEIGHTS, "model": int(model_id), "version": int(version), "spec": spec}
         if autocast is not None:
             header["autocast"] = autocast
+        if max_wait_us is not None:
+            header["max_wait_us"] = max_wait_us
         return self.call(header, blob)
 
     def stats(self):

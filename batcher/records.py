@@ -9,15 +9,16 @@ import numpy as np
 
 
 class Model:
-    __slots__ = ("net", "version", "spec", "input_size", "num_actions", "autocast")
+    __slots__ = ("net", "version", "spec", "input_size", "num_actions", "autocast", "max_wait_s")
 
-    def __init__(self, net, version, spec, autocast=None):
+    def __init__(self, net, version, spec, autocast=None, max_wait_s=None):
         self.net = net
         self.version = version
         self.spec = spec
         self.input_size = spec["input_size"]
         self.num_actions = spec["num_actions"]
         self.autocast = autocast        # this model's forward precision ("none", "bf16", "fp16"); None: the batcher's
+        self.max_wait_s = max_wait_s    # how long its rows wait for more; None: the batcher's max_wait_us
 
 
 class Request:

@@ -59,6 +59,7 @@ log = logging.getLogger("batcher")
 _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}     # forward precisions; "none": float32
 MAX_HEADER_BYTES = 1 << 20      # headers are small maps; anything larger is refused
 MAX_SPEC_PARAMS = 1 << 28       # a weights spec may not describe a larger net (about 1 GiB of float32)
+MAX_WAIT_US = 1_000_000         # a model's own wait for more rows may not pass a second
 
 
 def split_wait(wait_s):
@@ -126,16 +127,22 @@ class Batcher:
         self._last_log = time.monotonic()
 
     # ---- models
-    def install(self, model_id, net, version, spec, autocast=None):
+    def install(self, model_id, net, version, spec, autocast=None, max_wait_us=None):
         """Install (or replace) a model's weights; called between batches. The
         batcher serves its own copy on its device: the caller's net is neither
         moved nor shared, so training it further does not change the answers.
         autocast: this model's forward precision (none, bf16, fp16), or None
-        for the batcher's own (--autocast)."""
-        self._set_model(model_id, copy.deepcopy(net).to(self.device), version, spec, autocast)
+        for the batcher's own (--autocast); max_wait_us: how long its rows
+        wait for more rows, or None for the batcher's own (--max-wait-us)."""
+        self._set_model(model_id, copy.deepcopy(net).to(self.device), version, spec, autocast, max_wait_us)
 
-    def _set_model(self, model_id, net, version, spec, autocast=None):
-        self.models[int(model_id)] = Model(net.eval(), int(version), dict(spec), autocast)
+    def _set_model(self, model_id, net, version, spec, autocast=None, max_wait_us=None):
+        self.models[int(model_id)] = Model(net.eval(), int(version), dict(spec), autocast,
+                                           None if max_wait_us is None else max_wait_us * 1e-6)
+
+    def _max_wait_s(self, model_id):
+        model = self.models.get(model_id)
+        return self.opts.max_wait_us * 1e-6 if model is None or model.max_wait_s is None else model.max_wait_s
 
     # ---- main loop
     def stop(self):
@@ -171,15 +178,16 @@ class Batcher:
             self.shm.close()
 
     def _poll_timeout_ms(self):
-        """How long the loop may wait for input: until the oldest queued row's
-        max_wait is up. zmq polls in whole milliseconds, so the last part
+        """How long the loop may wait for input: until the first queue's
+        oldest row has waited its model's max wait. zmq polls in whole milliseconds, so the last part
         under a millisecond is slept here (input that arrives meanwhile is
         read right after): rounding it up held every due batch up to a
         millisecond past max_wait, a round trip's worth for a worker whose
         rows are all in flight."""
-        if not self.queues:
+        due = min((q[0].arrived + self._max_wait_s(mid) for mid, q in self.queues.items() if q), default=None)
+        if due is None:
             return 100
-        wait = min(q[0].arrived for q in self.queues.values() if q) + self.opts.max_wait_us * 1e-6 - time.monotonic()
+        wait = due - time.monotonic()
         sleep_s, timeout_ms = split_wait(wait)
         if sleep_s:
             time.sleep(sleep_s)
@@ -344,6 +352,10 @@ class Batcher:
         autocast = header.get("autocast")
         if autocast not in (None, "none", "bf16", "fp16"):
             raise P.ProtocolError("bad_header", f"weights 'autocast' must be none, bf16 or fp16, got {autocast!r}")
+        max_wait_us = header.get("max_wait_us")
+        if max_wait_us is not None and (type(max_wait_us) is not int or not 0 <= max_wait_us <= MAX_WAIT_US):
+            raise P.ProtocolError("bad_header", f"weights 'max_wait_us' must be an integer from 0 to "
+                                                f"{MAX_WAIT_US}, got {max_wait_us!r}")
         current = self.models.get(model_id)
         if current is not None and version <= current.version:
             raise P.ProtocolError("stale_version", f"model {model_id} is at version {current.version}; "
@@ -355,7 +367,7 @@ class Batcher:
         # rows queued for the old weights are answered by them (the input size may change)
         while self.queues.get(model_id):
             self._run_model(model_id)
-        self._set_model(model_id, net, version, spec, autocast)   # built on self.device, owned by nobody else
+        self._set_model(model_id, net, version, spec, autocast, max_wait_us)   # on self.device, owned by nobody else
         self.stats.weight_updates += 1
         log.info("model %d now at version %d", model_id, version)
         self._reply(identity, {"type": P.ACK, "id": header.get("id"), "model": model_id, "version": version})
@@ -363,9 +375,9 @@ class Batcher:
     # ---- batching
     def _run_due_batches(self):
         now = time.monotonic()
-        limit = self.opts.max_wait_us * 1e-6
         for mid in list(self.queues):
             q = self.queues[mid]
+            limit = self._max_wait_s(mid)
             while q and (self.queued_rows[mid] >= self.opts.max_batch or now - q[0].arrived >= limit):
                 self._run_model(mid)
             if not q:

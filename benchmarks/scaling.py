@@ -475,7 +475,9 @@ def build_parser():
     ap.add_argument("--groups", type=int, default=4, help="groups per worker thread")
     ap.add_argument("--threads", type=int, default=1, help="stepping threads per worker")
     ap.add_argument("--max-batch", type=int, default=4096)
-    ap.add_argument("--max-wait-us", type=int, default=None, help="the batcher's --max-wait-us (default its own)")
+    ap.add_argument("--max-wait-us", type=int, default=None,
+                    help="the batcher's --max-wait-us (default its own); --stage selfplay: the self-play net's own wait "
+                         "(default service.selfplay_max_wait_us)")
     ap.add_argument("--forwards-in-flight", type=int, default=None,
                     help="the batcher's --forwards-in-flight (GPU; default its own)")
     ap.add_argument("--batcher-threads", type=int, default=1, help="batcher torch CPU threads (0 = default)")

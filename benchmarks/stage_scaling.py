@@ -65,6 +65,12 @@ def _collect(server, jobs, job_config, committed):
     server.run_phase(jobs, job_config, commit)
 
 
+def model_wait(args):
+    """The self-play net's wait on the batcher: --max-wait-us, or the stage's (service.selfplay_max_wait_us)."""
+    from trainer.config import ServiceSection
+    return ServiceSection().selfplay_max_wait_us if args.max_wait_us is None else args.max_wait_us
+
+
 def run_point(args, game, served, workers, autocast=None):
     """One worker count: games/s and decisions/s played in the window, the batcher's busy fraction, and a wave."""
     from batcher.bench import spawn_batcher
@@ -76,7 +82,6 @@ def run_point(args, game, served, workers, autocast=None):
     py = sys.executable
     batcher = spawn_batcher([py, "-m", "batcher", "--bind", endpoint, "--device", args.device, "--torch-threads",
                              str(args.batcher_threads), "--max-batch", str(args.max_batch),
-                             *(["--max-wait-us", str(args.max_wait_us)] if args.max_wait_us is not None else []),
                              *(["--null-forward"] if args.null_forward else [])],
                             endpoint, cwd=ROOT,
                             preexec_fn=_die_with_parent)      # a killed benchmark leaves no child behind
@@ -84,7 +89,8 @@ def run_point(args, game, served, workers, autocast=None):
     procs = []
     client = BatcherClient(endpoint, timeout_s=60)
     try:
-        client.push_weights(SELFPLAY_MODEL, served, 1, autocast=autocast)     # the stage's play precision
+        # the stage's play precision and wait
+        client.push_weights(SELFPLAY_MODEL, served, 1, autocast=autocast, max_wait_us=model_wait(args))
         procs = [subprocess.Popen([py, "-m", "traverser", "--trainer", server.endpoint, "--batcher", endpoint,
                                    "--machines", str(args.machines), "--groups", str(args.groups)], cwd=ROOT,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
@@ -189,14 +195,15 @@ def selfplay_scaling(args):
     share = rows[0]["games_per_s"] / rows[0]["workers"] / local
     print(f"the update learns {upd:.1f} games/s ({args.update_threads} torch threads, {wave_decisions:,} decisions "
           f"a wave of {args.games}); in this process one torch thread plays {local:.1f} games/s: remote-worker "
-          f"share {share:.2f}", flush=True)
+          f"share {share:.2f} (the net's wait on the batcher {model_wait(args)} us"
+          f"{', null forward' if args.null_forward else ''})", flush=True)
     for r in rows:
         print(f"{r['workers']:3d} workers: stage {min(r['games_per_s'], upd):8.1f} games/s; scaling "
               f"{r['scaling']:.2f} of W x one worker's; limit: {r['limit']}", flush=True)
     meta = {"stage": "selfplay", "agent": args.agent, "hidden": None if args.agent else args.hidden,
             "games": args.games, "device": args.device, "cpu_count": os.cpu_count(), "warmup_s": args.warmup_s,
             "window_s": args.window_s, "null_forward": args.null_forward, "groups": args.groups,
-            "max_wait_us": args.max_wait_us, "in_process_games_per_s": local, "remote_share": share,
+            "max_wait_us": model_wait(args), "in_process_games_per_s": local, "remote_share": share,
             "loadavg_after": os.getloadavg()}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"wrote {args.out}.json")

@@ -215,6 +215,30 @@ def test_a_model_pushed_with_its_own_precision_is_answered_in_it():
     assert not srv.errors
 
 
+def test_a_model_pushed_with_its_own_wait_is_batched_by_it():
+    """push_weights(..., max_wait_us=0): that model's lone rows are answered
+    at once, while another model's wait the batcher's own max_wait (1 s
+    here); a bad wait is refused by name and changes nothing."""
+    nets = leduc_nets()
+    with H.InProcessBatcher({0: (nets[0], 0)}, max_wait_us=1_000_000) as srv:
+        c = srv.client()
+        rows = rows_of("float32", 4, seed=6)
+        c.push_weights(3, nets[1], 1, max_wait_us=0)
+        t0 = time.monotonic()
+        _, adv = infer_blocking(c, 3, rows)
+        assert time.monotonic() - t0 < 0.5                   # not the batcher's second
+        np.testing.assert_allclose(adv, forward(nets[1], rows), atol=ATOL, rtol=0)
+        t0 = time.monotonic()
+        infer_blocking(c, 0, rows)
+        assert time.monotonic() - t0 >= 0.9                  # model 0: the batcher's own wait
+        for bad in (-1, 1_000_001, 2.5, "50", True):
+            with pytest.raises(BatcherError) as ei:
+                c.push_weights(3, nets[1], 2, max_wait_us=bad)
+            assert ei.value.code == "bad_header" and "max_wait_us" in str(ei.value)
+        assert c.ping()["models"]["3"] == 1
+    assert not srv.errors
+
+
 def test_push_weights_versions():
     nets = leduc_nets()
     with H.InProcessBatcher({0: (nets[0], 0), 1: (nets[1], 0)}) as srv:

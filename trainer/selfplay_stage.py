@@ -52,7 +52,7 @@ class SelfPlayStage:
     (trainer.supervise.Supervisor), which serves the weights."""
 
     def __init__(self, tuner, server, sup, job_config, run_seed, workers=1, ledger=None, log=None,
-                 checkpoint=None, checkpoint_s=0.0, threads=None):
+                 checkpoint=None, checkpoint_s=0.0, threads=None, max_wait_us=None):
         self.tuner = tuner
         self.server = server
         self.sup = sup
@@ -70,6 +70,7 @@ class SelfPlayStage:
         self.threads = threads
         self.submitted_at = 0.0          # when the wave in play was handed out
         self.played_s = None             # how long it took to come in (None: not in yet)
+        self.max_wait_us = max_wait_us   # the net's own wait on the batcher (None: the batcher's)
 
     def _tick(self):
         """Between the update's minibatches: the job server's messages, and
@@ -85,7 +86,8 @@ class SelfPlayStage:
 
     def _push(self):
         # the batcher plays in the update's precision, so the ratios of an unlagged wave start at 1
-        self.sup.serve(SELFPLAY_MODEL, self.tuner.served(), autocast=self.tuner.autocast)
+        self.sup.serve(SELFPLAY_MODEL, self.tuner.served(), autocast=self.tuner.autocast,
+                       max_wait_us=self.max_wait_us)
 
     def _submit(self):
         """Hand out the next wave's jobs: one per worker, games numbered
@@ -249,7 +251,8 @@ def run_in_trainer(trainer, t, server, sup, job_config):
     stage = SelfPlayStage(tuner, server, sup, job_config, trainer.cfg.run.seed,
                           workers=trainer.cfg.service.workers or server.live_workers(), ledger=trainer.ledger,
                           log=log, checkpoint=lambda state: log(f"checkpoint {trainer.save(t, selfplay=state)}"),
-                          checkpoint_s=tr.selfplay_checkpoint_s, threads=threads)
+                          checkpoint_s=tr.selfplay_checkpoint_s, threads=threads,
+                          max_wait_us=trainer.cfg.service.selfplay_max_wait_us)
     bar = trainer._bar(desc=f"self-play: PPO on the strategy net ({tr.selfplay_games} games a wave)", unit="wave",
                        budget_s=budget - resumed.get("elapsed_s", 0.0))
     with _Threads(threads[1]):
@@ -284,7 +287,7 @@ def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
         workers = cfg.service.workers or server.live_workers()
         threads = (update_threads(cfg), torch.get_num_threads())
         stage = SelfPlayStage(tuner, server, sup, phase_config(cfg), seed, workers=workers, ledger=ledger,
-                              log=trainer.log, threads=threads)
+                              log=trainer.log, threads=threads, max_wait_us=cfg.service.selfplay_max_wait_us)
         trainer.log(f"self-play on {workers} worker(s) and the batcher at {sup.services.batcher_endpoint}; "
                     f"the update and the batcher's forwards in {tuner.precision()}; the update on {threads[0]} "
                     f"torch thread(s) while the workers play, {threads[1]} once the wave is in")

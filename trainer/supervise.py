@@ -65,7 +65,7 @@ class Supervisor:
         self._thread = None
         self.services = LocalServices(cfg, trainer.run_dir, server.endpoint, log=self.log)
         self.client = None
-        self.served = {}                             # model id -> (module, version, autocast): served besides the players' nets
+        self.served = {}             # model id -> (module, version, push_weights' options): besides the players' nets
 
     # ---- life
     def start(self):
@@ -115,17 +115,19 @@ class Supervisor:
         """Push the trainer's current net for `player` with a new version."""
         self.call(lambda: self._push_one(player))
 
-    def serve(self, model_id, module, autocast=None):
+    def serve(self, model_id, module, autocast=None, max_wait_us=None):
         """Serve `module` (a CPU net the caller no longer changes) as
         `model_id` with the next version, which it returns, its forwards in
-        `autocast` (None: the batcher's own); a batcher that restarts later
-        gets it again."""
+        `autocast` and its rows waiting `max_wait_us` for more (None: the
+        batcher's own); a batcher that restarts later gets it again."""
+        options = {"autocast": autocast, "max_wait_us": max_wait_us}
+
         def push():
             # a higher version at every attempt: a push to a batcher that was replaced may still reach the
             # new one from the socket's queue
             version = self.served.get(model_id, (None, 0, None))[1] + 1
-            self.served[model_id] = (module, version, autocast)
-            self.client.push_weights(model_id, module, version, autocast=autocast)
+            self.served[model_id] = (module, version, options)
+            self.client.push_weights(model_id, module, version, **options)
 
         self.call(push)
         return self.served[model_id][1]
@@ -179,9 +181,9 @@ class Supervisor:
             current = int(pong.get("models", {}).get(str(p), -1))
             self.trainer.versions[p] = max(self.trainer.versions[p], current)
             self._push_one(p)
-        for model_id, (module, version, autocast) in list(self.served.items()):
-            self.served[model_id] = (module, version + 1, autocast)
-            self.client.push_weights(model_id, module, version + 1, autocast=autocast)
+        for model_id, (module, version, options) in list(self.served.items()):
+            self.served[model_id] = (module, version + 1, options)
+            self.client.push_weights(model_id, module, version + 1, **options)
 
     def _on_wait(self):
         """Called by the client while a control call waits."""
