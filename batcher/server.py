@@ -60,6 +60,7 @@ _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}     # forward
 MAX_HEADER_BYTES = 1 << 20      # headers are small maps; anything larger is refused
 MAX_SPEC_PARAMS = 1 << 28       # a weights spec may not describe a larger net (about 1 GiB of float32)
 MAX_WAIT_US = 1_000_000         # a model's own wait for more rows may not pass a second
+SLICE_S = 100e-6                # a wait under a millisecond looks for input this often
 
 
 def split_wait(wait_s):
@@ -179,18 +180,18 @@ class Batcher:
 
     def _poll_timeout_ms(self):
         """How long the loop may wait for input: until the first queue's
-        oldest row has waited its model's max wait. zmq polls in whole milliseconds, so the last part
-        under a millisecond is slept here (input that arrives meanwhile is
-        read right after): rounding it up held every due batch up to a
-        millisecond past max_wait, a round trip's worth for a worker whose
-        rows are all in flight."""
+        oldest row has waited its model's max wait. zmq polls in whole
+        milliseconds, so a wait under one is spent here in slices of
+        SLICE_S, ending early when input arrives: rounding it up held every
+        due batch up to a millisecond past max_wait, a round trip's worth
+        for a worker whose rows are all in flight."""
         due = min((q[0].arrived + self._max_wait_s(mid) for mid, q in self.queues.items() if q), default=None)
         if due is None:
             return 100
-        wait = due - time.monotonic()
-        sleep_s, timeout_ms = split_wait(wait)
-        if sleep_s:
-            time.sleep(sleep_s)
+        sleep_s, timeout_ms = split_wait(due - time.monotonic())
+        while sleep_s > 0 and not P.has_input(self.sock):
+            time.sleep(min(sleep_s, SLICE_S))
+            sleep_s = due - time.monotonic()
         return timeout_ms
 
     def _receive_all(self, budget=10000):
