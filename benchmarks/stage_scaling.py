@@ -138,14 +138,15 @@ def in_process_rate(game, served, games, seconds, autocast="none", null_forward=
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     cols = game.num_distinct_actions() + 1
+
+    def forward(rows):
+        if null_forward:
+            return np.ones((len(rows), cols), np.float32)
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast == "bf16"):
+            return served(torch.from_numpy(rows)).float().numpy()
     try:
         done, t0, wave = 0, time.monotonic(), 0
         while time.monotonic() - t0 < seconds:
-            def forward(rows):
-                if null_forward:
-                    return np.ones((len(rows), cols), np.float32)
-                with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast == "bf16"):
-                    return served(torch.from_numpy(rows)).float().numpy()
             done += play_local(game, forward, np.arange(games), wave_seeds(1, wave, games), lambda d, e: None,
                                groups=1, slots=games)
             wave += 1
