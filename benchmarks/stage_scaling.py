@@ -27,6 +27,7 @@ worker itself, where a GPU makes the forward nearly free.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -57,14 +58,6 @@ def _setup(args):
     return game, tuner, tuner.served()
 
 
-def _collect(server, jobs, job_config, committed):
-    """Run one wave's jobs to the end; each committed job's games and decisions go to `committed`."""
-    def commit(job, decisions, ends):
-        committed.append((time.monotonic(), sum(len(c["game"]) for c in ends),
-                          sum(len(c["action"]) for c in decisions), decisions, ends))
-    server.run_phase(jobs, job_config, commit)
-
-
 def model_wait(args):
     """The self-play net's wait on the batcher: --max-wait-us, or the stage's (service.selfplay_max_wait_us)."""
     from trainer.config import ServiceSection
@@ -76,12 +69,13 @@ def run_point(args, game, served, workers, autocast=None):
     from batcher.bench import spawn_batcher
     from batcher.client import BatcherClient
     from trainer.jobs import JobServer
-    from trainer.launcher import _die_with_parent, local_endpoint, remove_local_endpoint
-    from trainer.selfplay_stage import SELFPLAY_MODEL, wave_jobs
+    from trainer.launcher import _die_with_parent, local_endpoint, local_shm_dir, remove_local_endpoint
+    from trainer.selfplay_stage import SELFPLAY_MODEL, WaveFeed
     endpoint = local_endpoint("ipc")
+    shm_dir = local_shm_dir() if args.shm else ""      # as the trainer's local workers (service.batcher_shm)
     py = sys.executable
     batcher = spawn_batcher([py, "-m", "batcher", "--bind", endpoint, "--device", args.device, "--torch-threads",
-                             str(args.batcher_threads), "--max-batch", str(args.max_batch),
+                             str(args.batcher_threads), "--max-batch", str(args.max_batch), "--shm-dir", shm_dir,
                              *(["--null-forward"] if args.null_forward else [])],
                             endpoint, cwd=ROOT,
                             preexec_fn=_die_with_parent)      # a killed benchmark leaves no child behind
@@ -92,10 +86,15 @@ def run_point(args, game, served, workers, autocast=None):
         # the stage's play precision and wait
         client.push_weights(SELFPLAY_MODEL, served, 1, autocast=autocast, max_wait_us=model_wait(args))
         procs = [subprocess.Popen([py, "-m", "traverser", "--trainer", server.endpoint, "--batcher", endpoint,
-                                   "--machines", str(args.machines), "--groups", str(args.groups)], cwd=ROOT,
+                                   "--machines", str(args.machines), "--groups", str(args.groups),
+                                   "--shm-dir", shm_dir], cwd=ROOT,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
                  for _ in range(workers)]
         job_config = {"game": {"name": game.name, "params": dict(game.params)}, "seed": 0}
+        # as the stage hands them out: the next wave waits in the server while the last one ends
+        feed = WaveFeed(server, job_config, 0, args.games, workers)
+        feed.submit(0)
+        feed.submit(1)
         committed, wave = [], 0
         t0 = time.monotonic()
         start, end = t0 + args.warmup_s, t0 + args.warmup_s + args.window_s
@@ -103,7 +102,10 @@ def run_point(args, game, served, workers, autocast=None):
         while time.monotonic() < end:
             if stats0 is None and time.monotonic() >= start:
                 stats0 = (time.monotonic(), client.stats())
-            _collect(server, wave_jobs(0, wave, args.games, workers), job_config, committed)
+            decisions, ends, _ = feed.collect(wave)
+            committed.append((time.monotonic(), sum(len(c["game"]) for c in ends),
+                              sum(len(c["action"]) for c in decisions), decisions, ends))
+            feed.submit(wave + 2)
             wave += 1
         t1, stats1 = time.monotonic(), client.stats()
         if stats0 is None:
@@ -127,6 +129,8 @@ def run_point(args, game, served, workers, autocast=None):
         batcher.wait()
         server.close()
         remove_local_endpoint(endpoint)
+        if shm_dir:
+            shutil.rmtree(shm_dir, ignore_errors=True)
 
 
 def in_process_rate(game, served, games, seconds, autocast="none", null_forward=False):
@@ -204,7 +208,7 @@ def selfplay_scaling(args):
     meta = {"stage": "selfplay", "agent": args.agent, "hidden": None if args.agent else args.hidden,
             "games": args.games, "device": args.device, "cpu_count": os.cpu_count(), "warmup_s": args.warmup_s,
             "window_s": args.window_s, "null_forward": args.null_forward, "groups": args.groups,
-            "max_wait_us": model_wait(args), "in_process_games_per_s": local, "remote_share": share,
+            "max_wait_us": model_wait(args), "shm": args.shm, "in_process_games_per_s": local, "remote_share": share,
             "loadavg_after": os.getloadavg()}
     Path(args.out + ".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"wrote {args.out}.json")

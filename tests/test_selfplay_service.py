@@ -92,6 +92,8 @@ def test_a_worker_started_by_hand_joins_a_running_self_play_stage(tmp_path):
         assert not t.is_alive(), "the stage did not finish with the worker"
         assert "error" not in out, out.get("error")
         assert out["stats"]["selfplay_games"] == 12 and out["stats"]["selfplay_waves"] == 2
+        # wave 1 was handed out with wave 0 and joined its last games
+        assert out["stats"]["selfplay_early_jobs"] == 1
         assert _ledger_games(tmp_path / "run") == {0: list(range(6)), 1: list(range(6))}
         worker.wait(30)                      # the stage's end tells the workers it knows to stop
         assert worker.returncode == 0, worker.stdout.read()[-2000:]

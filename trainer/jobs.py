@@ -105,9 +105,13 @@ class JobServer:
             self.endpoint = bind
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.log = None
-        self.workers = {}          # identity -> {"pid": int, "last": time, "job": Job or None}
+        # identity -> {"pid": int, "last": time, "job": Job or None, "next": Job or None}: "next" is a
+        # self-play job handed out early, while "job" plays its last games (a worker asks with
+        # `ready` and `held: 1`, traverser/selfplay_session.py)
+        self.workers = {}
         self.waiting = collections.OrderedDict()   # identities whose `ready` awaits a job
         self.requeued = 0
+        self.early = 0              # self-play jobs handed to a worker still ending its last one
         self.dropped_rows = 0
         self.failures = []
         self._pending = collections.deque()     # the phase's jobs not handed out yet
@@ -151,22 +155,22 @@ class JobServer:
     def _requeue_worker(self, ident, why):
         self.waiting.pop(ident, None)
         w = self.workers.pop(ident, None)
-        if w is None or w["job"] is None:
+        if w is None:
             return
-        job = w["job"]
-        rows = sum(job.staged_rows())
-        self.dropped_rows += rows
-        job.staged = {k: [] for k in job.kinds}
-        job.worker = None
-        job.progress = 0
-        if self._phase is not None and self._phase.get("closed"):
-            self._drop_jobs([job])
-            self._log(f"job {job.job_id} dropped ({why}; the phase is closed; {rows} partial sample rows dropped)")
-            return
-        self._pending.appendleft(job)
-        self.requeued += 1
+        for job in [j for j in (w["next"], w["job"]) if j is not None]:      # back in job order
+            rows = sum(job.staged_rows())
+            self.dropped_rows += rows
+            job.staged = {k: [] for k in job.kinds}
+            job.worker = None
+            job.progress = 0
+            if self._phase is not None and self._phase.get("closed"):
+                self._drop_jobs([job])
+                self._log(f"job {job.job_id} dropped ({why}; the phase is closed; {rows} partial sample rows dropped)")
+                continue
+            self._pending.appendleft(job)
+            self.requeued += 1
+            self._log(f"job {job.job_id} handed out again ({why}; {rows} partial sample rows dropped)")
         self._dispatch()
-        self._log(f"job {job.job_id} handed out again ({why}; {rows} partial sample rows dropped)")
 
     def _log(self, msg):
         if self.log is not None:
@@ -277,17 +281,21 @@ class JobServer:
         kind = header["type"]
         w = self.workers.get(ident)
         if w is None:
-            w = self.workers[ident] = {"pid": header.get("pid"), "last": time.monotonic(), "job": None}
+            w = self.workers[ident] = {"pid": header.get("pid"), "last": time.monotonic(), "job": None, "next": None}
         w["last"] = time.monotonic()
         if kind == HELLO:
             w["pid"] = header.get("pid")
         elif kind == READY:
+            # held: 1 is a worker playing a self-play job's last games that takes the next one now
             if w["job"] is None:
-                self.waiting[ident] = True
+                self.waiting[ident] = 0
+                self._dispatch()
+            elif header.get("held") == 1 and w["next"] is None and w["job"].kind == "selfplay":
+                self.waiting[ident] = 1
                 self._dispatch()
         elif kind in (SAMPLES, HEARTBEAT, DONE, FAILED):
-            job = w["job"]
-            if job is None or header.get("job") != job.job_id:
+            job = next((j for j in (w["job"], w["next"]) if j is not None and header.get("job") == j.job_id), None)
+            if job is None:
                 return   # a message about a job this worker no longer holds
             if kind == SAMPLES:
                 self._stage_samples(w, job, header, frames)
@@ -334,19 +342,25 @@ class JobServer:
         job.finished = units
         if progress is not None and units > job.progress:
             progress(units - job.progress)
-        w["job"] = None
+        if w["job"] is job:
+            w["job"], w["next"] = w["next"], None
+        else:
+            w["next"] = None
         done[job.job_id] = job
-        self.waiting[ident] = True      # a worker that finished is ready for more
-        self._dispatch()
+        if w["job"] is None:
+            self.waiting[ident] = 0     # a worker that finished is ready for more
+            self._dispatch()
 
     def _dispatch(self):
         """Give pending jobs to workers waiting for one."""
         pending = self._pending
         while pending and self.waiting:
-            ident, _ = self.waiting.popitem(last=False)
+            ident, held = self.waiting.popitem(last=False)
             w = self.workers.get(ident)
-            if w is None or w["job"] is not None:
-                continue
+            if w is None or w["next"] is not None or (w["job"] is None) != (held == 0):
+                continue            # it holds what it can (or its ready is out of date)
+            if held and pending[0].kind != "selfplay":
+                continue            # only a self-play job joins another's last games
             if self._recently_dead(w["pid"]):
                 del self.workers[ident]      # a ready read after its sender was seen dead: no job for it
                 continue
@@ -355,7 +369,8 @@ class JobServer:
             job.worker = ident
             job.pid = w["pid"]
             job.assigned_at = time.monotonic()
-            w["job"] = job
+            w["next" if held else "job"] = job
+            self.early += bool(held)
             w["last"] = time.monotonic()
             meta, frames_out = pack_arrays(job.arrays)
             # sent_at: the trainer's clock, against which a worker reads a job's deadline (label jobs)

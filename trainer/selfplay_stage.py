@@ -36,14 +36,71 @@ from agents.ppo import scheduled_lr
 SELFPLAY_MODEL = 3          # the batcher's model id of the served policy-value net
 
 
-def wave_jobs(run_seed, wave, games, workers):
+def wave_jobs(run_seed, wave, games, workers, first_id=0):
     """A wave's self-play jobs: its `games` deals (wave_seeds), numbered
-    0..G-1 within the wave, cut into one job per worker."""
+    0..G-1 within the wave, cut into one job per worker; job ids from
+    first_id on (unique across the waves of one phase)."""
     seeds = wave_seeds(run_seed, wave, games)
     ids = np.arange(games, dtype=np.int64)
-    return [Job(k, ids=ids[c], kind="selfplay", fields={"wave": wave, "model": SELFPLAY_MODEL},
+    return [Job(first_id + k, ids=ids[c], kind="selfplay", fields={"wave": wave, "model": SELFPLAY_MODEL},
                 arrays={"games": ids[c], "seeds": seeds[c]}, kinds=("decisions", "ends"))
             for k, c in enumerate(np.array_split(np.arange(games), min(max(1, workers), games)))]
+
+
+class WaveFeed:
+    """Waves handed out in one job-server phase, up to two at a time: the
+    next wave's jobs wait in the server while the last one's play out, so a
+    worker that asks early (traverser/selfplay_session.py) starts it as its
+    current job's last games end. Each wave's chunks are gathered apart;
+    collect(wave) pumps the server until that wave is committed."""
+
+    def __init__(self, server, job_config, run_seed, games, workers, log=None, ledger=None, supervise=None):
+        self.server, self.job_config, self.log, self.ledger = server, job_config, log, ledger
+        self.run_seed, self.games, self.workers = int(run_seed), int(games), max(1, int(workers))
+        self.supervise = supervise
+        self.chunks = {}            # wave -> {"decisions": [...], "ends": [...], "left": jobs not committed}
+        self.submitted_at = {}      # wave -> when it was handed out
+        self.played_s = {}          # wave -> how long it took to come in
+        self.next_id = 0
+        self.open = False
+
+    def _commit(self, job, decisions, ends):
+        wave = job.fields["wave"]
+        c = self.chunks[wave]
+        c["decisions"] += decisions
+        c["ends"] += ends
+        c["left"] -= 1
+        if not c["left"]:
+            self.played_s[wave] = time.monotonic() - self.submitted_at[wave]
+        if self.ledger is not None:
+            self.ledger.commit_selfplay(job, wave, sum(len(x["action"]) for x in decisions),
+                                        sum(len(x["game"]) for x in ends))
+
+    def submit(self, wave):
+        """Hand out wave `wave`'s jobs (after those handed out before)."""
+        jobs = wave_jobs(self.run_seed, wave, self.games, self.workers, self.next_id)
+        self.next_id += len(jobs)
+        self.chunks[wave] = {"decisions": [], "ends": [], "left": len(jobs)}
+        self.submitted_at[wave] = time.monotonic()
+        if self.open:
+            self.server.add_jobs(jobs)
+        else:
+            self.server.start_phase(jobs, self.job_config, self._commit, log=self.log)
+            self.open = True
+
+    def pump(self, timeout_ms=0):
+        """The server's messages (between the update's minibatches)."""
+        self.server.pump(timeout_ms, supervise=self.supervise)
+
+    def done(self, wave):
+        return not self.chunks[wave]["left"]
+
+    def collect(self, wave):
+        """Wait for wave `wave`: (its decision chunks, its game-end chunks, seconds it took to play)."""
+        while not self.done(wave):
+            self.server.pump(200, supervise=self.supervise)
+        c = self.chunks.pop(wave)
+        return c["decisions"], c["ends"], self.played_s.pop(wave)
 
 
 class SelfPlayStage:
@@ -54,33 +111,26 @@ class SelfPlayStage:
     def __init__(self, tuner, server, sup, job_config, run_seed, workers=1, ledger=None, log=None,
                  checkpoint=None, checkpoint_s=0.0, threads=None, max_wait_us=None):
         self.tuner = tuner
-        self.server = server
         self.sup = sup
-        self.job_config = job_config
-        self.run_seed = int(run_seed)
-        self.workers = max(1, int(workers))
-        self.ledger = ledger
+        self.feed = WaveFeed(server, job_config, run_seed, tuner.settings.games, workers, log=log, ledger=ledger,
+                             supervise=sup.check)
+        self.server = server
         self.log = log
         self.checkpoint = checkpoint     # checkpoint(state) every checkpoint_s seconds (state: self.state())
         self.checkpoint_s = checkpoint_s
-        self.wave = tuner.waves          # the next wave to hand out (a resumed tuner's waves are learnt)
         self.elapsed_s = 0.0
-        self.chunks = {"decisions": [], "ends": []}
         # the update's torch threads: (while the workers play the next wave, once it is in); None: as they are
         self.threads = threads
-        self.submitted_at = 0.0          # when the wave in play was handed out
-        self.played_s = None             # how long it took to come in (None: not in yet)
         self.max_wait_us = max_wait_us   # the net's own wait on the batcher (None: the batcher's)
+        self._playing = None             # the wave the workers play while the update runs
 
     def _tick(self):
         """Between the update's minibatches: the job server's messages, and
         the update's threads: few while the next wave is being played beside
         it (more would spin against the players), all once it is in."""
-        done = self.server.pump(0, supervise=self.sup.check)
-        if done and self.played_s is None:
-            self.played_s = time.monotonic() - self.submitted_at
+        self.feed.pump(0)
         if self.threads is not None:
-            want = self.threads[1] if done else self.threads[0]
+            want = self.threads[1] if self._playing is None or self.feed.done(self._playing) else self.threads[0]
             if torch.get_num_threads() != want:
                 torch.set_num_threads(want)
 
@@ -89,66 +139,50 @@ class SelfPlayStage:
         self.sup.serve(SELFPLAY_MODEL, self.tuner.served(), autocast=self.tuner.autocast,
                        max_wait_us=self.max_wait_us)
 
-    def _submit(self):
-        """Hand out the next wave's jobs: one per worker, games numbered
-        0..G-1 within the wave."""
-        jobs = wave_jobs(self.run_seed, self.wave, self.tuner.settings.games, self.workers)
-        self.chunks = {"decisions": [], "ends": []}
-        wave = self.wave
-
-        def commit(job, decisions, ends):
-            self.chunks["decisions"] += decisions
-            self.chunks["ends"] += ends
-            if self.ledger is not None:
-                self.ledger.commit_selfplay(job, wave, sum(len(c["action"]) for c in decisions),
-                                            sum(len(c["game"]) for c in ends))
-
-        self.server.start_phase(jobs, self.job_config, commit, log=self.log)
-        self.submitted_at, self.played_s = time.monotonic(), None
-        self.wave += 1
-
-    def _collect(self):
-        """Wait for the wave handed out last: (wave, returns, seconds waited)."""
-        t0 = time.monotonic()
-        while not self.server.pump(200, supervise=self.sup.check):
-            pass
-        if self.played_s is None:
-            self.played_s = time.monotonic() - self.submitted_at
-        wave, returns = self.tuner.wave_from_chunks(self.chunks["decisions"], self.chunks["ends"])
-        self.chunks = {"decisions": [], "ends": []}
-        return wave, returns, time.monotonic() - t0
-
     def state(self):
         """The stage's state for a checkpoint: the tuner's, the seconds spent."""
         return {**self.tuner.state(), "elapsed_s": self.elapsed_s}
 
     def run(self, budget_s=None, waves=None, progress=None, start_s=0.0):
-        """Waves until `waves` are learnt or `budget_s` seconds are spent (the
-        wave in hand is learnt), counting `start_s` seconds spent before (a
-        stage resumed from a checkpoint). Returns the totals and the last
-        wave's figures."""
+        """Waves until `waves` are learnt or `budget_s` seconds are spent
+        (every wave handed out is learnt), counting `start_s` seconds spent
+        before (a stage resumed from a checkpoint). Returns the totals and
+        the last wave's figures.
+
+        Wave k + 1 is handed out once the weights that learnt wave k - 1 are
+        served, as wave k is still being played: it is played on those
+        weights, as it would be if it waited for wave k, and the workers go
+        from one to the other without a gap (the version lag is the same)."""
         if budget_s is None and waves is None:
             raise ValueError("self-play needs a budget (seconds) or a number of waves")
         s = self.tuner.settings
         t0 = time.monotonic() - start_s
         saved = time.monotonic()
+        first = self.tuner.waves         # a resumed tuner's waves are learnt
         self._push()
-        self._submit()
         last, done, lags, policy_s, errors = {}, 0, [], 0.0, []
-        requeued, dropped = self.server.requeued, self.server.dropped_rows
-        while True:
+        requeued, dropped, early = self.server.requeued, self.server.dropped_rows, self.server.early
+        submitted = [first] + ([first + 1] if waves is None or waves > 1 else [])
+        for w in submitted:
+            self.feed.submit(w)
+        while done < len(submitted):
             tw = time.monotonic()
-            wave, returns, waited = self._collect()
-            played = self.played_s
+            k = first + done
+            decisions, ends, played = self.feed.collect(k)
+            waited = time.monotonic() - tw
+            wave, returns = self.tuner.wave_from_chunks(decisions, ends)
             elapsed = time.monotonic() - t0
-            more = (waves is None or done + 1 < waves) and (budget_s is None or elapsed < budget_s)
-            if more:
-                self._submit()           # the workers play the next wave while this one is learnt
+            self._playing = k + 1 if k + 1 in self.feed.chunks else None
             lr = scheduled_lr(s.lr, s.lr_hold_s, budget_s, elapsed)
             # the version served now (a batcher restart re-serves the weights under a higher one)
             last = self.tuner.learn(wave, returns, lr, version=self.sup.served[SELFPLAY_MODEL][1], tick=self._tick)
             self._push()
             done += 1
+            # the next wave is played on the weights just pushed (see above)
+            if ((waves is None or len(submitted) < waves) and (budget_s is None or elapsed < budget_s)
+                    and len(submitted) == done + 1):
+                submitted.append(first + len(submitted))
+                self.feed.submit(submitted[-1])
             lags.append(last["version_lag"])
             errors.append((last["critic_heldout_mse"], last["mean_mse"]))
             last.update(wait_s=waited, wave_s=time.monotonic() - tw, play_s=played)
@@ -159,9 +193,8 @@ class SelfPlayStage:
             if self.log is not None and (self.tuner.waves <= 3 or self.tuner.waves % 10 == 0):
                 self.log(wave_line(last, self.tuner.games_played, time.monotonic() - t0))
             self.elapsed_s = time.monotonic() - t0
-            if not more:
-                break
-            if self.checkpoint is not None and self.checkpoint_s > 0 and time.monotonic() - saved >= self.checkpoint_s:
+            if (self.checkpoint is not None and self.checkpoint_s > 0 and done < len(submitted)
+                    and time.monotonic() - saved >= self.checkpoint_s):
                 self.checkpoint(self.state())
                 saved = time.monotonic()
         return {"selfplay_waves": self.tuner.waves, "selfplay_games": self.tuner.games_played,
@@ -169,6 +202,8 @@ class SelfPlayStage:
                 "selfplay_s": self.elapsed_s, "selfplay_mean_version_lag": float(np.mean(lags)),
                 "selfplay_policy_s": policy_s, "selfplay_requeued_jobs": self.server.requeued - requeued,
                 "selfplay_dropped_rows": self.server.dropped_rows - dropped,
+                # jobs a worker took while its last one's games ended (the waves back to back)
+                "selfplay_early_jobs": self.server.early - early,
                 # the critic on its last 10 waves, each before it trained on it, next to the waves' mean return
                 "selfplay_critic_last10_mse": float(np.mean([e[0] for e in errors[-10:]])),
                 "selfplay_mean_last10_mse": float(np.mean([e[1] for e in errors[-10:]])),

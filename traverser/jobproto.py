@@ -15,7 +15,7 @@ message that carries arrays lists them in its header's `arrays` field, one
 """
 import numpy as np
 
-from batcher.protocol import ProtocolError
+from batcher.protocol import ProtocolError, compact_rows
 
 # worker -> trainer
 HELLO = "hello"            # first message of a worker: its pid
@@ -29,6 +29,15 @@ JOB = "job"                # a job: iteration, traverser, weight, traversal ids,
 STOP = "stop"              # exit
 
 ARRAY_DTYPES = frozenset({"uint8", "int8", "int32", "int64", "float16", "float32"})
+
+
+def chunk_arrays(chunk):
+    """A sample chunk's arrays as they travel: its info rows (`info`) in the
+    narrowest dtype that holds them exactly."""
+    arrays = dict(chunk)
+    if "info" in chunk:
+        _, arrays["info"] = compact_rows(chunk["info"])
+    return arrays
 
 
 def pack_arrays(arrays):

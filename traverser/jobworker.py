@@ -21,18 +21,12 @@ import zmq
 
 import engine
 from batcher import protocol as P
-from traverser.jobproto import DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPLES, STOP, pack_arrays, unpack_arrays
+from traverser.jobproto import (DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPLES, STOP, chunk_arrays, pack_arrays,
+                                unpack_arrays)
 from batcher.client import BatcherClient
 from traverser.config import TraverserConfig
-from traverser.selfplay import play_remote
+from traverser.selfplay_session import SelfPlaySession
 from traverser.worker import run_remote
-
-
-def _chunk_arrays(chunk):
-    arrays = dict(chunk)
-    if "info" in chunk:
-        _, arrays["info"] = P.compact_rows(chunk["info"])
-    return arrays
 
 
 def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines=128, timeout_s=60.0,
@@ -58,25 +52,26 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
 
     send({"type": HELLO, "pid": os.getpid()})
     try:
+        frames = None           # a message already read (a self-play session hands back one not for it)
         while True:
             if os.getppid() != parent:
                 log("worker: parent process is gone; exiting")
                 return 0
-            send({"type": READY, "pid": os.getpid()})
-            if not sock.poll(1000):
-                continue                # the trainer holds READY until it has a job; ask again
-            frames = sock.recv_multipart(copy=False)
+            if frames is None:
+                send({"type": READY, "pid": os.getpid()})
+                if not sock.poll(1000):
+                    continue                # the trainer holds READY until it has a job; ask again
+                frames = sock.recv_multipart(copy=False)
             header = P.unpack_header(frames[0].buffer)
             kind = header["type"]
             if kind == STOP:
                 return 0
             if kind != JOB:
+                frames = None
                 continue
             arrays = unpack_arrays(header["arrays"], [f.buffer for f in frames[1:]])
-            key = json.dumps(header["game"], sort_keys=True)
-            if key not in games:
-                games[key] = engine.load_game(header["game"]["name"], **header["game"].get("params", {}))
-            game = games[key]
+            frames = None
+            game = _game_of(games, header)
             if header.get("kind", "traverse") == "label":
                 try:
                     label = _label_work(game, header, arrays)
@@ -90,8 +85,12 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
                 continue
             if header.get("kind", "traverse") == "selfplay":
                 if client is None:
-                    client = BatcherClient(batcher_endpoint, timeout_s=timeout_s, context=ctx, curve_keys=curve_keys)
-                _run_job(send, header["job"], *_selfplay_work(game, client, header, arrays, groups, machines))
+                    client = BatcherClient(batcher_endpoint, timeout_s=timeout_s, context=ctx, curve_keys=curve_keys,
+                                           shm_dir=shm_dir)
+                session = SelfPlaySession(sock, send, game, client, int(header["model"]), groups, machines)
+                frames = session.run(header, arrays, lambda: os.getppid() != parent)
+                if session.stopped:
+                    return 0
                 continue
             tcfg = header["traversal"]
             cfg = TraverserConfig(**{**tcfg, "model_ids": tuple(tcfg.get("model_ids", (0, 1)))})
@@ -101,6 +100,14 @@ def serve_jobs(trainer_endpoint, batcher_endpoint, threads=1, groups=4, machines
         if client is not None:
             client.close()
         sock.close()
+
+
+def _game_of(games, header):
+    """The job's game, loaded once per distinct game config."""
+    key = json.dumps(header["game"], sort_keys=True)
+    if key not in games:
+        games[key] = engine.load_game(header["game"]["name"], **header["game"].get("params", {}))
+    return games[key]
 
 
 def _traverse_work(header, ids, game, cfg, batcher_endpoint, threads, groups, machines, timeout_s, ctx, curve_keys,
@@ -115,22 +122,6 @@ def _traverse_work(header, ids, game, cfg, batcher_endpoint, threads, groups, ma
                    curve_keys=curve_keys, adv_dtype=adv_dtype, shm_dir=shm_dir)
 
     return work, ("adv", "strat"), lambda: sum(g.stats()["traversals"] for g in holder.get("groups", []))
-
-
-def _selfplay_work(game, client, header, arrays, groups, machines):
-    """A self-play job: its games, dealt from their seeds, played to the end
-    on the served policy-value model. (work(sink), kinds, games ended so far)."""
-    holder = {}
-    games, seeds = arrays["games"].copy(), arrays["seeds"].copy()
-
-    def work(sink):
-        # all of the job's games at once (a wave's rounds are its longest game's decisions), at least
-        # `machines` slots a group
-        slots = max(machines, -(-len(games) // max(1, groups)))
-        play_remote(game, client, games, seeds, int(header["model"]), sink, groups=groups, slots=slots,
-                    on_groups=lambda gs: holder.setdefault("groups", gs))
-
-    return work, ("decisions", "ends"), lambda: holder["groups"].ended if "groups" in holder else 0
 
 
 def _label_work(game, header, arrays):
@@ -201,7 +192,7 @@ def _run_job(send, job_id, work_fn, kinds, done_fn, units=False):
         for i, (kind, chunk) in enumerate(zip(kinds, item)):
             rows = len(next(iter(chunk.values())))
             if rows:
-                meta, frames = pack_arrays(_chunk_arrays(chunk))
+                meta, frames = pack_arrays(chunk_arrays(chunk))
                 send({"type": SAMPLES, "job": job_id, "kind": kind, "arrays": meta}, *frames)
                 counts[i] += rows
         now = time.monotonic()

@@ -1,7 +1,8 @@
 """Self-play games on a worker: PlayGroups (traverser/_selfplay.pyx) stepped
 through the batcher, several groups in flight.
 
-    play_remote(game, endpoint, games, seeds, model_id, sink)   # a worker's job
+    play_remote(game, client, games, seeds, model_id, sink)     # one job's games
+    RemotePlay(game, client, model_id).add(key, games, seeds, sink); .run()   # a worker's jobs
     play_local(game, forward, games, seeds, sink)               # in-process (tests, tools)
 
 The model answers each info-state row with the policy's logits and the
@@ -93,42 +94,104 @@ def play_local(game, forward, games, seeds, sink, groups=1, slots=256, version=0
     return gs.ended
 
 
-def play_remote(game, client, games, seeds, model_id, sink, groups=4, slots=128, stop=None, on_groups=None):
+def play_remote(game, client, games, seeds, model_id, sink, groups=4, slots=128, stop=None):
     """Play the deals through the batcher `client` (a BatcherClient) asking
     model `model_id`; each decision records the weights version its answer
-    came from. stop: a threading.Event that abandons the games (a worker
-    told to exit). on_groups(_Groups): called once they exist (the
-    worker's heartbeat reads .ended). Returns the number of games played."""
-    gs = _Groups(game, games, seeds, sink, groups, slots)
-    if on_groups is not None:
-        on_groups(gs)
-    waiting, rows = {}, {}
-    live = set(range(len(gs.groups)))
-    busy = set()
-    while live or waiting:
-        if stop is not None and stop.is_set():
-            raise InterruptedError("self-play stopped")
-        progressed = False
-        for k in sorted(live - busy):
-            n = gs.step(k)
-            if n < 0:
-                live.discard(k)
-                progressed = True
-            elif n:
-                rid = client.send_infer(model_id, gs.groups[k].requests[:n])
-                waiting[rid], rows[k] = k, n
-                busy.add(k)
-                progressed = True
-        if not waiting:
-            continue
-        for rid, header, answers in client.poll(0 if progressed else 50):
-            k = waiting.pop(rid, None)
-            if k is None:
-                continue
-            busy.discard(k)
-            version = header.get("version", (header.get("versions") or [0])[0])
-            gs.groups[k].resume(rows[k], answers, int(version))
+    came from. stop: a threading.Event that abandons the games. Returns
+    the number of games played. (One job's games: RemotePlay plays several.)"""
+    play = RemotePlay(game, client, model_id, groups)
+    gs = play.add(0, games, seeds, sink, slots)
+    play.run(stop=stop)
     return gs.ended
+
+
+class RemotePlay:
+    """A worker's self-play jobs, played together through the batcher
+    `client`: each job's games in `groups` PlayGroups of at least `machines`
+    slots (all of a job's games at once where that fits), every group of
+    every job stepped while others' rows are on the wire.
+
+    A job added while another plays joins its rounds: a worker that asks for
+    its next job once its current one's games start to end (tail()) keeps
+    the batcher's batches full through the last games of each job, where a
+    job played alone sends ever fewer rows a round, each a round trip."""
+
+    def __init__(self, game, client, model_id, groups=4, machines=128):
+        self.game, self.client, self.model_id = game, client, int(model_id)
+        self.groups, self.machines = max(1, int(groups)), int(machines)
+        # one segment a round, with its answer width: a client with a shared-memory
+        # directory passes the round's rows and answers through a slot
+        self.cols = [game.num_distinct_actions() + 1]
+        self.jobs = {}          # key -> (_Groups, its groups still playing)
+        self.waiting = {}       # request id -> (key, group, rows)
+        self.busy = set()       # (key, group) with a request in flight
+
+    def add(self, key, games, seeds, sink, slots=None):
+        """Deal job `key`'s games (`slots` a group; by default all of them at
+        once, at least `machines` a group); each drained chunk goes to
+        sink(decisions, ends). Returns its _Groups."""
+        if slots is None:
+            slots = max(self.machines, -(-len(games) // self.groups))
+        gs = _Groups(self.game, games, seeds, sink, self.groups, slots)
+        self.jobs[key] = (gs, set(range(len(gs.groups))))
+        return gs
+
+    def tail(self, key):
+        """Whether job `key`'s games have begun to end."""
+        return self.jobs[key][0].ended > 0
+
+    def run(self, stop=None, take=None, on_done=None, on_round=None):
+        """Step every job until all are done (then it returns, whatever
+        take() may hand over later). take(): jobs to add now, as
+        (key, games, seeds, sink) tuples (called every round); on_done(key)
+        once a job's last game ended and its records are in its sink;
+        on_round(): called every round (a worker's tail check). stop: a
+        threading.Event that abandons the games."""
+        while True:
+            if stop is not None and stop.is_set():
+                raise InterruptedError("self-play stopped")
+            for job in (take() if take is not None else ()):
+                self.add(*job)
+            progressed = self._send_rounds(on_done)
+            if on_round is not None:
+                on_round()
+            if not self.waiting:
+                if not self.jobs:
+                    return
+                continue
+            for rid, header, answers in self.client.poll(0 if progressed else 50):
+                entry = self.waiting.pop(rid, None)
+                if entry is None:
+                    continue
+                key, k, n = entry
+                self.busy.discard((key, k))
+                # answers: one array per segment, read in place (a slot's are valid until the next poll)
+                self.jobs[key][0].groups[k].resume(n, answers[0], int(header["versions"][0]))
+
+    def _send_rounds(self, on_done):
+        """Step each idle group of each job and send its round; retire the
+        jobs that are done. Whether anything moved."""
+        progressed = False
+        for key in list(self.jobs):
+            gs, live = self.jobs[key]
+            for k in sorted(live):
+                if (key, k) in self.busy:
+                    continue
+                n = gs.step(k)
+                if n < 0:
+                    live.discard(k)
+                    progressed = True
+                elif n:
+                    rid = self.client.send_infer_segments([(self.model_id, gs.groups[k].requests[:n])],
+                                                          answer_cols=self.cols)
+                    self.waiting[rid] = (key, k, n)
+                    self.busy.add((key, k))
+                    progressed = True
+            if not live:
+                del self.jobs[key]
+                if on_done is not None:
+                    on_done(key)
+        return progressed
 
 
 def wave_seeds(run_seed, wave, games):
