@@ -9,9 +9,12 @@ agent's) or a fresh one (--hidden), with the self-play critic beside it.
 Waves of --games deals are handed out back to back, one job per worker, as
 the stage hands them out; after --warmup-s, the games committed in a
 --window-s window give the point's games/s, which is what the workers and
-the batcher can play. The PPO update's own rate (games/s it learns, from
---update-waves timed updates of a played wave on --update-threads torch
-threads) is measured once in the same run. Each point names its limit:
+the batcher can play. As in the stage, the next wave waits in the job
+server while the last one is played (trainer.selfplay_stage.WaveFeed),
+so a worker goes on to it as its job's last games end. The PPO update's
+own rate (games/s it learns, from --update-waves timed updates of a
+played wave on --update-threads torch threads) is measured once in the
+same run. Each point names its limit:
 the trainer's update where it learns fewer games/s than are played,
 otherwise the batcher where its forwards keep it busy over 85% of the
 window, otherwise the workers.

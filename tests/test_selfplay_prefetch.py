@@ -5,7 +5,6 @@ holding two has both handed out again. The worker's side plays the two
 together (traverser.selfplay.RemotePlay), each game exactly as it plays
 alone. Real parts: loopback sockets to the real JobServer, a real batcher
 serving a real net, the engine's PlayGroups."""
-import threading
 import time
 
 import numpy as np
