@@ -16,7 +16,8 @@ At each decision the player
      and the deck order), consistent with what it has seen
      (`StateBatch.resample`);
   2. takes the candidate actions: every legal one, or the `topk` most likely
-     under the blueprint's policy;
+     under the blueprint's policy, of those at least `floor` times as
+     likely as its most likely one;
   3. plays every candidate in every world and plays the game out: with the
      heuristic (`playout="heuristic"`), uniformly at random, or with the
      blueprint for both sides for `depth` decisions and the heuristic after
@@ -105,7 +106,7 @@ class SearchPlayer:
 
     def __init__(self, game, blueprint=None, worlds=DEFAULT_WORLDS, topk=0, playout="heuristic", depth=4,
                  time_limit_s=None, chunk=16, halving=True, opponent=None, seed=0, schedule=None,
-                 z=3.0, eps=0.1, prefer=False, oracle=None):
+                 z=3.0, eps=0.1, prefer=False, oracle=None, floor=0.0):
         if game.name != "lost_cities":
             raise ValueError(f"the search player plays lost_cities, not {game.name}")
         if worlds < 1 or chunk < 1:
@@ -122,6 +123,10 @@ class SearchPlayer:
             raise ValueError("prefer keeps the blueprint's move: it needs a blueprint (a trained run)")
         if topk < 0 or depth < 0:
             raise ValueError("topk and depth must be >= 0")
+        if not 0 <= floor <= 1:
+            raise ValueError(f"floor must be in [0, 1], got {floor}")
+        if floor > 0 and blueprint is None:
+            raise ValueError("floor keeps the blueprint's likely moves: it needs a blueprint (a trained run)")
         if time_limit_s is not None and time_limit_s <= 0:
             raise ValueError(f"time_limit_s must be > 0, got {time_limit_s}")
         if schedule is None:
@@ -141,6 +146,7 @@ class SearchPlayer:
         self.blueprint = blueprint
         self.worlds = int(worlds)
         self.topk = int(topk)
+        self.floor = float(floor)
         self.prefer = bool(prefer)
         self.playout = playout
         self.depth = int(depth)
@@ -172,6 +178,8 @@ class SearchPlayer:
                                              "race": [f"race(z={self.z:g},eps={self.eps:g})"]}[self.schedule]
         if self.topk:
             parts.append(f"topk={self.topk}")
+        if self.floor:
+            parts.append(f"floor={self.floor:g}")
         if self.prefer:
             parts.append("prefer=blueprint")
         parts.append(f"playout={self.playout}"
@@ -183,12 +191,19 @@ class SearchPlayer:
         return "search(" + ",".join(parts) + ")"
 
     def candidates(self, state):
+        """The moves searched: every legal one, or the `topk` most likely
+        under the blueprint, of those at least `floor` times as likely as
+        its most likely move (a move the blueprint never plays leads where
+        its critic has not learnt: a value search takes it for its errors)."""
         legal = state.legal_actions()
-        if not self.topk or len(legal) <= self.topk:
+        if (not self.topk or len(legal) <= self.topk) and not self.floor:
             return legal
         probs = self.blueprint.action_probs(state)
         ranked = sorted(legal, key=lambda a: (-probs[a], a))
-        return sorted(ranked[:self.topk])
+        if self.floor:
+            top = probs[ranked[0]]
+            ranked = [a for a in ranked if probs[a] >= self.floor * top]
+        return sorted(ranked[:self.topk] if self.topk else ranked)
 
     def decision_rng(self, state):
         """The random stream of a decision: from the player's seed and what
@@ -207,6 +222,13 @@ class SearchPlayer:
         self.rng = self.decision_rng(state)
         cands = self.candidates(state)
         A = len(cands)
+        if A == 1 and self.floor:       # the floor left the blueprint's move alone: nothing to weigh
+            self.decisions += 1
+            self.last_values = (cands, np.full(1, np.nan), np.zeros(1, np.int64))
+            self.seconds += time.perf_counter() - t0
+            self.cpu_seconds += time.process_time() - c0
+            self.last = (cands, np.zeros(1), np.ones(1))
+            return self.last
         if self.schedule == "race":
             return self._race(state, me, cands, t0, c0)
         totals, counts, wins = np.zeros(A), np.zeros(A), np.zeros(A)
@@ -445,7 +467,7 @@ def parse_search_spec(text):
     -> keyword arguments (time in milliseconds). Unknown keys raise ValueError."""
     kinds = {"worlds": int, "topk": int, "depth": int, "chunk": int, "time": float, "seed": int,
              "halving": int, "playout": str, "policy": str, "schedule": str, "z": float, "eps": float,
-             "prefer": int}
+             "prefer": int, "floor": float}
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = part.partition("=")

@@ -425,3 +425,34 @@ def test_prefer_keeps_the_blueprints_move_unless_the_search_drops_it():
     with pytest.raises(ValueError, match="prefer keeps the blueprint's move"):
         SearchPlayer(game, prefer=True)
     assert parse_search_spec("prefer=1,worlds=8") == {"prefer": True, "worlds": 8}
+
+
+def test_the_floor_searches_only_the_moves_the_blueprint_finds_likely():
+    """floor=f: the candidates are the blueprint's moves at least f times as
+    likely as its most likely one (then its topk most likely); one left is
+    played without a search."""
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    bp = AveragePolicy(net_for_game(game, hidden=(16,), seed=1), greedy=False)     # soft: several likely moves
+    seen_cut = seen_one = 0
+    for seed in range(16):
+        state = _midgame(game, seed, moves=seed % 6 + 1)
+        probs = bp.action_probs(state)
+        top = max(probs[a] for a in state.legal_actions())
+        for floor in (0.3, 0.9):
+            want = sorted(a for a in state.legal_actions() if probs[a] >= floor * top)
+            player = SearchPlayer(game, blueprint=bp, worlds=4, chunk=4, floor=floor, seed=seed)
+            assert player.candidates(state) == want
+            assert SearchPlayer(game, blueprint=bp, worlds=4, floor=floor, topk=1).candidates(state) == \
+                [max(want, key=lambda a: (probs[a], -a))]
+            seen_cut += len(want) < len(state.legal_actions())
+            if len(want) == 1:
+                played = player.worlds_played
+                assert player.step(state) == want[0] and player.worlds_played == played    # no search
+                seen_one += 1
+    assert seen_cut and seen_one
+    assert "floor=0.3" in SearchPlayer(game, blueprint=bp, floor=0.3).name
+    assert parse_search_spec("floor=0.25,topk=3") == {"floor": 0.25, "topk": 3}
+    for bad, match in [(dict(blueprint=bp, floor=1.5), "floor must be in"),
+                       (dict(floor=0.5), "floor keeps the blueprint's likely moves")]:
+        with pytest.raises(ValueError, match=match):
+            SearchPlayer(game, **bad)

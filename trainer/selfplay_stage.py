@@ -14,13 +14,15 @@ value, the weights version) and every game's end. The job server commits a
 job's records only when the whole job is done, in job order, and hands the
 job of a dead or silent worker out again: every game is counted once.
 
-Play and update overlap (an actor-learner split): as soon as wave k is in,
-wave k + 1's jobs go out, and the workers play it on the weights last pushed
-while the trainer runs PPO on wave k (agents.ppo.SelfPlay.learn),
-pumping the job server between minibatches; the new weights are pushed
-after. So wave k + 1 is played one version behind the weights that learn
-from it, and PPO's ratio divides by the recorded behaviour probability,
-exact under that lag. Each wave logs its mean version lag, and how long the
+Play and update overlap (an actor-learner split): the workers play wave
+k + 1 on the weights last pushed while the trainer runs PPO on wave k
+(agents.ppo.SelfPlay.learn), pumping the job server between minibatches;
+the new weights are pushed after. Wave k + 1's jobs go out as soon as the
+weights that learnt wave k - 1 are served, and wait in the job server
+until a worker ending its wave-k job takes them (WaveFeed): so the workers
+never wait for the trainer between waves. Wave k + 1 is played one version
+behind the weights that learn from it, and PPO's ratio divides by the
+recorded behaviour probability, exact under that lag. Each wave logs its mean version lag, and how long the
 trainer waited for the wave (`wait_s`: near 0 when the update bounds the
 stage, the play time beyond the update when the workers do).
 """
