@@ -121,9 +121,11 @@ def train_responder(game, frozen, start, budget_s, seed=0, games=512, settings=N
 
 def responder_path(ckpt, minutes, seed):
     """Where agents.evaluate keeps the responder to checkpoint `ckpt`:
-    RUN_DIR/responders/br_<minutes>min_seed<seed>_iter<iteration>.pt."""
+    RUN_DIR/responders/br_<minutes>min_seed<seed>_<its file's name>.pt (a
+    run's final checkpoint and its before_selfplay.pt share an iteration)."""
+    from pathlib import Path
     from agents.checkpoint import run_dir_of
-    return run_dir_of(ckpt["path"]) / "responders" / f"br_{minutes:g}min_seed{seed}_iter{ckpt.get('iteration')}.pt"
+    return run_dir_of(ckpt["path"]) / "responders" / f"br_{minutes:g}min_seed{seed}_{Path(ckpt['path']).stem}.pt"
 
 
 def save_responder(path, ckpt, learner, info):

@@ -175,8 +175,12 @@ def test_evaluate_br_trains_saves_and_plays_the_responder(tmp_path):
     assert d["vs_heuristic_games"] == 6 and d["vs_br:0.002_games"] == 6
     assert d["vs_br:0.002_responder_margin"] == -d["vs_br:0.002_margin"]
     assert d["vs_br:0.002_responder_margin_lo"] == -d["vs_br:0.002_margin_hi"]
-    saved = list((tmp_path / "a" / "responders").glob("br_0.002min_seed0_iter1.pt"))
+    saved = list((tmp_path / "a" / "responders").glob("br_0.002min_seed0_iter_000001.pt"))
     assert len(saved) == 1
+    # CFR's agent of the same run shares the final checkpoint's iteration, not its responder's file
+    from agents.best_response import responder_path
+    assert responder_path({"path": str(tmp_path / "a" / "checkpoints" / "before_selfplay.pt"), "iteration": 1},
+                          0.002, 0) != saved[0]
     ckpt = load_checkpoint(saved[0])
     info = ckpt["best_response"]
     assert info["against"] == str(path) and info["policy"] == "average-greedy" and info["waves"] >= 1

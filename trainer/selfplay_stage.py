@@ -298,7 +298,8 @@ def run_in_trainer(trainer, t, server, sup, job_config):
     if bar is not None:
         bar.close()
     log(f"self-play: {stats['selfplay_games']} games ({stats['selfplay_waves']} waves) in {stats['selfplay_s']:.0f} s, "
-        f"mean version lag {stats['selfplay_mean_version_lag']:.2f}")
+        f"mean version lag {stats['selfplay_mean_version_lag']:.2f}, {stats['selfplay_early_jobs']} jobs taken "
+        f"as the last one's games ended")
     return stats
 
 
