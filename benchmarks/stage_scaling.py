@@ -16,8 +16,8 @@ own rate (games/s it learns, from --update-waves timed updates of a
 played wave on --update-threads torch threads) is measured once in the
 same run. Each point names its limit:
 the trainer's update where it learns fewer games/s than are played,
-otherwise the batcher where its forwards keep it busy over 85% of the
-window, otherwise the workers.
+otherwise the batcher where its forwards keep it busy, or its process
+uses its core, over 85% of the window, otherwise the workers.
 
 The remote-worker share: one worker's games/s through the batcher over the
 same games played in this process by the same code (traverser.selfplay.
@@ -115,13 +115,16 @@ def run_point(args, game, served, workers, autocast=None):
             stats0 = (t1, stats1)
         inside = [c for c in committed if start <= c[0] <= t1]
         seconds = t1 - start
-        s0 = stats0[1] if stats0 else {"busy_fraction": 0.0, "uptime_s": 0.0}
-        busy = ((stats1["busy_fraction"] * stats1["uptime_s"] - s0["busy_fraction"] * s0["uptime_s"])
-                / max(stats1["uptime_s"] - s0["uptime_s"], 1e-9))
+        s0 = stats0[1] if stats0 else {"busy_fraction": 0.0, "uptime_s": 0.0, "cpu_s": 0.0}
+        span = max(stats1["uptime_s"] - s0["uptime_s"], 1e-9)
+        busy = (stats1["busy_fraction"] * stats1["uptime_s"] - s0["busy_fraction"] * s0["uptime_s"]) / span
+        # the batcher process's CPU time in the window (its forwards and its messages)
+        cpu = (stats1.get("cpu_s", 0.0) - s0.get("cpu_s", 0.0)) / span
         server.stop_workers()
         return {"workers": workers, "games_per_s": sum(c[1] for c in inside) / seconds,
-                "decisions_per_s": sum(c[2] for c in inside) / seconds, "batcher_busy": busy,
-                "mean_batch": stats1.get("mean_batch", float("nan")), "waves": wave}, committed
+                "decisions_per_s": sum(c[2] for c in inside) / seconds, "batcher_busy": busy, "batcher_cpu": cpu,
+                "mean_batch": stats1.get("mean_batch", float("nan")),
+                "forward_ms_mean": stats1.get("forward_ms_mean", float("nan")), "waves": wave}, committed
     finally:
         client.close()
         for p in procs:
@@ -191,15 +194,17 @@ def selfplay_scaling(args):
         rows.append(r)
         committed = committed or committed_w
         print(f"{w:3d} workers: {r['games_per_s']:8.1f} games/s ({r['decisions_per_s']:,.0f} decisions/s) played, "
-              f"batcher busy {r['batcher_busy']:.2f}, mean batch {r['mean_batch']:.0f}", flush=True)
+              f"batcher busy {r['batcher_busy']:.2f} (its CPU {r['batcher_cpu']:.2f}), mean batch "
+              f"{r['mean_batch']:.0f}", flush=True)
     upd, wave_decisions = update_rate(tuner, committed, args.update_waves, args.update_threads)
     local = in_process_rate(game, served, args.games, args.window_s, tuner.autocast, args.null_forward)
     one = rows[0]["games_per_s"] / rows[0]["workers"]
     for r in rows:
         r["update_games_per_s"] = upd
         r["scaling"] = r["games_per_s"] / (r["workers"] * one)
-        r["limit"] = ("the trainer's update" if upd < r["games_per_s"] else
-                      "the batcher" if r["batcher_busy"] > LIMIT_BUSY else "the workers")
+        # what bounds the play (the workers and the batcher), and the stage (the play or the update)
+        r["play_limit"] = "the batcher" if max(r["batcher_busy"], r["batcher_cpu"]) > LIMIT_BUSY else "the workers"
+        r["limit"] = "the trainer's update" if upd < r["games_per_s"] else r["play_limit"]
     share = rows[0]["games_per_s"] / rows[0]["workers"] / local
     print(f"the update learns {upd:.1f} games/s ({args.update_threads} torch threads, {wave_decisions:,} decisions "
           f"a wave of {args.games}); in this process one torch thread plays {local:.1f} games/s: remote-worker "
@@ -207,7 +212,8 @@ def selfplay_scaling(args):
           f"{', null forward' if args.null_forward else ''})", flush=True)
     for r in rows:
         print(f"{r['workers']:3d} workers: stage {min(r['games_per_s'], upd):8.1f} games/s; scaling "
-              f"{r['scaling']:.2f} of W x one worker's; limit: {r['limit']}", flush=True)
+              f"{r['scaling']:.2f} of W x one worker's; limit: {r['limit']} (the play's: {r['play_limit']})",
+              flush=True)
     meta = {"stage": "selfplay", "agent": args.agent, "hidden": None if args.agent else args.hidden,
             "games": args.games, "device": args.device, "cpu_count": os.cpu_count(), "warmup_s": args.warmup_s,
             "window_s": args.window_s, "null_forward": args.null_forward, "groups": args.groups,

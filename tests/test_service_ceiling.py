@@ -378,6 +378,9 @@ def test_self_play_stage_scaling_smoke(tmp_path, null):
     assert data["meta"]["stage"] == "selfplay" and row["workers"] == 1 and row["waves"] >= 1
     assert row["games_per_s"] > 0 and row["decisions_per_s"] > row["games_per_s"] and row["update_games_per_s"] > 0
     assert row["limit"] in ("the trainer's update", "the batcher", "the workers") and row["scaling"] == 1.0
+    assert row["play_limit"] in ("the batcher", "the workers") and 0 < row["batcher_cpu"] < 1.5
+    assert row["limit"] == ("the trainer's update" if row["update_games_per_s"] < row["games_per_s"]
+                            else row["play_limit"])
     assert data["meta"]["remote_share"] > 0 and "remote-worker share" in r.stdout
 
 
