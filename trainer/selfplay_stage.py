@@ -22,9 +22,10 @@ weights that learnt wave k - 1 are served, and wait in the job server
 until a worker ending its wave-k job takes them (WaveFeed): so the workers
 never wait for the trainer between waves. Wave k + 1 is played one version
 behind the weights that learn from it, and PPO's ratio divides by the
-recorded behaviour probability, exact under that lag. Each wave logs its mean version lag, and how long the
-trainer waited for the wave (`wait_s`: near 0 when the update bounds the
-stage, the play time beyond the update when the workers do).
+recorded behaviour probability, exact under that lag. Each wave logs its
+mean version lag, and how long the trainer waited for the wave (`wait_s`:
+near 0 when the update bounds the stage, the play time beyond the update
+when the workers do).
 """
 import time
 
@@ -60,9 +61,9 @@ class WaveFeed:
         self.server, self.job_config, self.log, self.ledger = server, job_config, log, ledger
         self.run_seed, self.games, self.workers = int(run_seed), int(games), max(1, int(workers))
         self.supervise = supervise
-        self.chunks = {}            # wave -> {"decisions": [...], "ends": [...], "left": jobs not committed}
-        self.submitted_at = {}      # wave -> when it was handed out
-        self.played_s = {}          # wave -> how long it took to come in
+        # wave -> {"decisions": [...], "ends": [...], "left": jobs not committed, "at": when it was handed
+        # out, "played": seconds it took to come in}
+        self.chunks = {}
         self.next_id = 0
         self.open = False
 
@@ -73,7 +74,7 @@ class WaveFeed:
         c["ends"] += ends
         c["left"] -= 1
         if not c["left"]:
-            self.played_s[wave] = time.monotonic() - self.submitted_at[wave]
+            c["played"] = time.monotonic() - c["at"]
         if self.ledger is not None:
             self.ledger.commit_selfplay(job, wave, sum(len(x["action"]) for x in decisions),
                                         sum(len(x["game"]) for x in ends))
@@ -82,8 +83,7 @@ class WaveFeed:
         """Hand out wave `wave`'s jobs (after those handed out before)."""
         jobs = wave_jobs(self.run_seed, wave, self.games, self.workers, self.next_id)
         self.next_id += len(jobs)
-        self.chunks[wave] = {"decisions": [], "ends": [], "left": len(jobs)}
-        self.submitted_at[wave] = time.monotonic()
+        self.chunks[wave] = {"decisions": [], "ends": [], "left": len(jobs), "at": time.monotonic()}
         if self.open:
             self.server.add_jobs(jobs)
         else:
@@ -102,7 +102,7 @@ class WaveFeed:
         while not self.done(wave):
             self.server.pump(200, supervise=self.supervise)
         c = self.chunks.pop(wave)
-        return c["decisions"], c["ends"], self.played_s.pop(wave)
+        return c["decisions"], c["ends"], c["played"]
 
 
 class SelfPlayStage:

@@ -40,6 +40,18 @@ def chunk_arrays(chunk):
     return arrays
 
 
+def send_chunks(send, job_id, kinds, parts, counts):
+    """Send one `samples` message per non-empty part (one array dict per
+    kind of `kinds`) of job `job_id` through send(header, *frames), adding
+    each part's rows to counts[i]."""
+    for i, (kind, chunk) in enumerate(zip(kinds, parts)):
+        rows = len(next(iter(chunk.values())))
+        if rows:
+            meta, frames = pack_arrays(chunk_arrays(chunk))
+            send({"type": SAMPLES, "job": job_id, "kind": kind, "arrays": meta}, *frames)
+            counts[i] += rows
+
+
 def pack_arrays(arrays):
     """(meta, frames) for a dict of numpy arrays: meta goes into the header's
     `arrays` field, the frames follow the header. Arrays are made contiguous

@@ -21,8 +21,9 @@ import zmq
 
 import engine
 from batcher import protocol as P
-from traverser.jobproto import (DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPLES, STOP, chunk_arrays, pack_arrays,
-                                unpack_arrays)
+# SAMPLES and pack_arrays are used through send_chunks; the worker's side names the whole protocol
+from traverser.jobproto import (DONE, FAILED, HEARTBEAT, HELLO, JOB, READY, SAMPLES, STOP,  # noqa: F401
+                                pack_arrays, send_chunks, unpack_arrays)
 from batcher.client import BatcherClient
 from traverser.config import TraverserConfig
 from traverser.selfplay_session import SelfPlaySession
@@ -189,12 +190,7 @@ def _run_job(send, job_id, work_fn, kinds, done_fn, units=False):
             item = ()
         if item is None:
             break
-        for i, (kind, chunk) in enumerate(zip(kinds, item)):
-            rows = len(next(iter(chunk.values())))
-            if rows:
-                meta, frames = pack_arrays(chunk_arrays(chunk))
-                send({"type": SAMPLES, "job": job_id, "kind": kind, "arrays": meta}, *frames)
-                counts[i] += rows
+        send_chunks(send, job_id, kinds, item, counts)
         now = time.monotonic()
         if now - last_beat > 2.0:
             last_beat = now

@@ -1,7 +1,6 @@
 """Self-play games on a worker: PlayGroups (traverser/_selfplay.pyx) stepped
 through the batcher, several groups in flight.
 
-    play_remote(game, client, games, seeds, model_id, sink)     # one job's games
     RemotePlay(game, client, model_id).add(key, games, seeds, sink); .run()   # a worker's jobs
     play_local(game, forward, games, seeds, sink)               # in-process (tests, tools)
 
@@ -91,17 +90,6 @@ def play_local(game, forward, games, seeds, sink, groups=1, slots=256, version=0
                        else forward(rows))
                 answers = np.ascontiguousarray(out, dtype=np.float32)
                 g.resume(n, answers, version)
-    return gs.ended
-
-
-def play_remote(game, client, games, seeds, model_id, sink, groups=4, slots=128, stop=None):
-    """Play the deals through the batcher `client` (a BatcherClient) asking
-    model `model_id`; each decision records the weights version its answer
-    came from. stop: a threading.Event that abandons the games. Returns
-    the number of games played. (One job's games: RemotePlay plays several.)"""
-    play = RemotePlay(game, client, model_id, groups)
-    gs = play.add(0, games, seeds, sink, slots)
-    play.run(stop=stop)
     return gs.ended
 
 

@@ -21,7 +21,7 @@ import threading
 import time
 
 from batcher import protocol as P
-from traverser.jobproto import DONE, FAILED, HEARTBEAT, JOB, READY, SAMPLES, STOP, chunk_arrays, pack_arrays, unpack_arrays
+from traverser.jobproto import DONE, FAILED, HEARTBEAT, JOB, READY, STOP, send_chunks, unpack_arrays
 from traverser.selfplay import RemotePlay
 
 HEARTBEAT_S = 2.0
@@ -84,12 +84,7 @@ class SelfPlaySession:
 
     def _samples(self, jid, decisions, ends):
         h = self.held[jid]
-        for i, (kind, chunk) in enumerate(zip(KINDS, (decisions, ends))):
-            rows = len(next(iter(chunk.values())))
-            if rows:
-                meta, frames = pack_arrays(chunk_arrays(chunk))
-                self.send({"type": SAMPLES, "job": jid, "kind": kind, "arrays": meta}, *frames)
-                h["counts"][i] += rows
+        send_chunks(self.send, jid, KINDS, (decisions, ends), h["counts"])
         h["ended"] += len(ends["game"])
 
     def _read_trainer(self):
