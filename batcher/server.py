@@ -50,6 +50,7 @@ import zmq
 
 from batcher import protocol as P
 from batcher.options import BatcherOptions, BindError, DeviceError, resolve_device  # noqa: F401 (users import them from here)
+from batcher.networks import for_inference, padded_rows
 from batcher.records import Flight, Model, Pending, Request, Stats
 from batcher.shm import HEADER_BYTES, ServerMaps, ShmError
 from batcher.weights import net_from_bytes
@@ -138,6 +139,9 @@ class Batcher:
         self._set_model(model_id, copy.deepcopy(net).to(self.device), version, spec, autocast, max_wait_us)
 
     def _set_model(self, model_id, net, version, spec, autocast=None, max_wait_us=None):
+        dtype = self._autocast_dtype if autocast is None else _AUTOCAST_DTYPES.get(autocast)
+        if self.device.type == "cpu" and dtype is torch.bfloat16:
+            net = for_inference(net, dtype)     # the same answers as autocast, the weights cast once
         self.models[int(model_id)] = Model(net.eval(), int(version), dict(spec), autocast,
                                            None if max_wait_us is None else max_wait_us * 1e-6)
 
@@ -385,7 +389,9 @@ class Batcher:
                 del self.queues[mid]
 
     def _staged(self, batch, total, cols, slot):
-        """The batch's rows copied into one host tensor [total, cols]: on a GPU
+        """The batch's rows copied into one host tensor [total, cols], on the
+        CPU [padded_rows(total), cols] (the spare rows hold zeros or an
+        earlier batch's rows; their answers are dropped): on a GPU
         (pinned) in their wire dtype when all share one, so the device gets
         the compact bytes and casts them itself; on the CPU as float32, cast
         while copying (no second pass). The null forward stages as a GPU does."""
@@ -394,9 +400,10 @@ class Batcher:
                 or any(p.rows.dtype != dtype for p in batch)):
             dtype = np.dtype(np.float32)
         host = self._stage.get((slot, dtype))
-        if host is None or host.shape[0] < total or host.shape[1] != cols:
-            cap = max(total, self.opts.max_batch)
-            host = torch.from_numpy(np.empty((cap, cols), dtype))
+        rows = padded_rows(total) if self.device.type == "cpu" else total
+        if host is None or host.shape[0] < rows or host.shape[1] != cols:
+            cap = max(rows, padded_rows(self.opts.max_batch))
+            host = torch.from_numpy(np.zeros((cap, cols), dtype))   # rows past a batch: zeros or earlier rows
             if self.device.type == "cuda":
                 host = host.pin_memory()
             self._stage[(slot, dtype)] = host
@@ -406,7 +413,7 @@ class Batcher:
             n = p.rows.shape[0]
             view[off:off + n] = p.rows     # a copy (a cast only for mixed dtypes)
             off += n
-        return host[:total]
+        return host[:rows]
 
     def _launch(self, model, batch, total, slot):
         """Start the forward of a batch: (out, event). On the CPU (and with the
@@ -433,7 +440,8 @@ class Batcher:
             else:
                 y = model.net(x)
             if self.device.type == "cpu":
-                return (to_float16(y.float().numpy()) if half else y.float().numpy()), None
+                y = y[:total].float().numpy()
+                return (to_float16(y) if half else y), None
             y = y.float().clamp_(-P.FLOAT16_MAX, P.FLOAT16_MAX).half() if half else y.float()
             out = y.to("cpu", non_blocking=True)        # into pinned memory, in stream order
             event = torch.cuda.Event(blocking=True)     # waiting on it yields the CPU

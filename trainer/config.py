@@ -154,8 +154,8 @@ class ServiceSection:
     """Embedded batcher: most rows per forward."""
     max_wait_us: int = 500
     """Embedded batcher: longest wait after the oldest queued row."""
-    selfplay_max_wait_us: int = 50
-    """The self-play net's own wait on the batcher, embedded or not (pushed with its weights): a worker's self-play games move in rounds, all its rows in flight at once, so a wait for more rows is mostly latency (docs/benchmarks.md, "Self-play on the workers")."""
+    selfplay_max_wait_us: int = 0
+    """The self-play net's own wait on the batcher, embedded or not (pushed with its weights): a worker's self-play games move in rounds, all its rows in flight at once, so a wait for more rows is mostly latency. 0: a forward of whatever is queued each time round the batcher's loop, the faster on the 2-core CPU box (configs/lost_cities.yaml keeps 50 for a GPU; docs/benchmarks.md, "Self-play on the workers")."""
     autocast: str = "none"
     """Embedded batcher: none, bf16 or fp16 forward (bf16 is the faster on CPUs that multiply bfloat16 in hardware, AVX512-BF16; docs/benchmarks.md, "Batcher and end to end")."""
     max_restarts: int = 3
