@@ -18,9 +18,13 @@ per net) and `step(state)` for one state, so engine.match, agents.evaluate
 and the exploiter play them all the same way. Any object with `.step(state)`
 can stand in as an opponent.
 """
+import copy
+
 import numpy as np
+import torch
 
 from agents.probs import _check_batch, _forward, policy_probs, regret_matching, sample_actions  # noqa: F401 (re-exported)
+from batcher.networks import for_inference
 
 KINDS = ("average", "current", "sdcfr")
 
@@ -56,6 +60,23 @@ class Policy:
         p = state.current_player()
         probs = self.probs(state.information_state_tensor(p)[None], state.legal_actions_mask()[None], [p])[0]
         return {a: float(probs[a]) for a in state.legal_actions()}
+
+    def in_bf16(self):
+        """A copy of this policy whose nets are cast to bfloat16 once
+        (batcher.networks.for_inference), for forwards only: about twice
+        the rows a second of float32 on a CPU that multiplies bfloat16 in
+        hardware, answers rounded as the batcher's bf16 forwards are. The
+        copy's generator starts where this one's is; a tabular policy stays
+        as it is."""
+        other = copy.copy(self)
+        other.rng = copy.deepcopy(self.rng)
+        for name in ("net", "critic", "adv_nets"):
+            value = getattr(self, name, None)
+            if isinstance(value, list):
+                setattr(other, name, [_bf16(v) for v in value])
+            elif value is not None:
+                setattr(other, name, _bf16(value))
+        return other
 
     def step(self, state):
         p = state.current_player()
@@ -111,6 +132,12 @@ class CurrentPolicy(Policy):
             if len(rows):
                 out[rows] = regret_matching(_forward(self.adv_nets[p], info[rows]), masks[rows], self.fallback)
         return out
+
+
+def _bf16(net):
+    if not isinstance(net, torch.nn.Module):
+        return net
+    return for_inference(copy.deepcopy(net), torch.bfloat16)
 
 
 def parse_kind(kind):

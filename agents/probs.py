@@ -4,6 +4,8 @@
 import numpy as np
 import torch
 
+from batcher.networks import padded_rows
+
 
 def _net_device(net):
     for p in net.parameters():
@@ -25,9 +27,17 @@ def _check_batch(info, mask):
 
 
 def _forward(net, info):
+    """net(info) as float64 numpy. A net cast to bfloat16 on a CPU
+    (batcher.networks.for_inference) runs on padded_rows(n) rows, as the
+    batcher's forward does: one oneDNN kernel a padded shape."""
+    x = np.ascontiguousarray(info, dtype=np.float32)
+    n = len(x)
+    first = next(iter(net.parameters()), None)
+    if first is not None and first.dtype == torch.bfloat16 and first.device.type == "cpu" and padded_rows(n) > n:
+        x = np.concatenate([x, np.zeros((padded_rows(n) - n, x.shape[1]), np.float32)])
     with torch.inference_mode():
-        x = torch.from_numpy(np.ascontiguousarray(info)).to(_net_device(net))
-        return net(x).detach().to("cpu", torch.float64).numpy()
+        out = net(torch.from_numpy(x).to(_net_device(net)))[:n]
+        return out.detach().to("cpu", torch.float64).numpy()
 
 
 def policy_probs(net, info, mask):
