@@ -195,6 +195,8 @@ class SearchPlayer:
             parts.append(f"time={self.time_limit_s * 1000:g}ms")
         if self.oracle is not None:
             parts.append(f"oracle={self.oracle}")
+        if self.bf16:
+            parts.append("bf16")
         return "search(" + ",".join(parts) + ")"
 
     def candidates(self, state):

@@ -21,8 +21,9 @@ uses its core, over 85% of the window, otherwise the workers.
 
 The remote-worker share: one worker's games/s through the batcher over the
 same games played in this process by the same code (traverser.selfplay.
-play_local, the forward in this process, one torch thread), measured in
-the same run. On a box with too few cores for W workers, W x the share is
+play_local, the forward in this process, one torch thread, run as the
+batcher runs it on a CPU: weights cast once, rows padded to 16), measured
+in the same run. On a box with too few cores for W workers, W x the share is
 the stage's reach, as the service ceiling reasons for CFR. With
 --null-forward both sides answer every row with ones (a uniform policy, no
 net), as the ceiling does: the share is then what the service costs the

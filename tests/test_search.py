@@ -456,3 +456,35 @@ def test_the_floor_searches_only_the_moves_the_blueprint_finds_likely():
                        (dict(floor=0.5), "floor keeps the blueprint's likely moves")]:
         with pytest.raises(ValueError, match=match):
             SearchPlayer(game, **bad)
+
+
+def test_bf16_searches_with_a_cast_copy_of_the_blueprint_and_its_critic():
+    """bf16=1: the player's blueprint is a copy whose strategy net and critic
+    hold bfloat16 weights (the caller's stay float32); its probabilities and
+    values stay within bfloat16's rounding of the float32 ones, and a batch
+    of 5 rows is answered as the same rows padded to 16."""
+    from agents.probs import _forward
+    from batcher.networks import MLP
+    game = engine.load_game("lost_cities", **LC_SMALL)
+    T = game.information_state_tensor_size()
+    torch.manual_seed(0)
+    bp = AveragePolicy(net_for_game(game, hidden=(16,), seed=1), greedy=True,
+                       critic=MLP(T, 1, (16,), input_scale=game.input_scale()))
+    player = SearchPlayer(game, blueprint=bp, worlds=8, chunk=8, topk=3, playout="critic", depth=2, bf16=True)
+    fast = player.blueprint
+    assert fast is not bp and "bf16" in player.name
+    assert {p.dtype for p in fast.net.parameters()} == {p.dtype for p in fast.critic.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in bp.net.parameters()} == {p.dtype for p in bp.critic.parameters()} == {torch.float32}
+    states = [_midgame(game, seed, moves=seed % 5 + 1) for seed in range(5)]
+    info = np.stack([s.information_state_tensor(s.current_player()) for s in states]).astype(np.float32)
+    masks = np.stack([s.legal_actions_mask() for s in states])
+    players = [s.current_player() for s in states]
+    np.testing.assert_allclose(fast.probs(info, masks, players), bp.probs(info, masks, players), atol=0.02)
+    np.testing.assert_allclose(fast.values(info), bp.values(info), atol=0.02 * np.abs(bp.values(info)).max() + 1e-3)
+    padded = np.zeros((16, T), np.float32)
+    padded[:5] = info
+    np.testing.assert_array_equal(_forward(fast.net, info), _forward(fast.net, padded)[:5])
+    assert player.step(states[0]) in states[0].legal_actions()
+    assert parse_search_spec("bf16=1,worlds=8") == {"bf16": True, "worlds": 8}
+    with pytest.raises(ValueError, match="bf16 runs the blueprint's nets"):
+        SearchPlayer(game, bf16=True)
