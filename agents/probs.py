@@ -4,7 +4,7 @@
 import numpy as np
 import torch
 
-from batcher.networks import padded_rows
+from batcher.networks import padded_forward
 
 
 def _net_device(net):
@@ -30,13 +30,12 @@ def _forward(net, info):
     """net(info) as float64 numpy. A net cast to bfloat16 on a CPU
     (batcher.networks.for_inference) runs on padded_rows(n) rows, as the
     batcher's forward does: one oneDNN kernel a padded shape."""
-    x = np.ascontiguousarray(info, dtype=np.float32)
-    n = len(x)
     first = next(iter(net.parameters()), None)
-    if first is not None and first.dtype == torch.bfloat16 and first.device.type == "cpu" and padded_rows(n) > n:
-        x = np.concatenate([x, np.zeros((padded_rows(n) - n, x.shape[1]), np.float32)])
     with torch.inference_mode():
-        out = net(torch.from_numpy(x).to(_net_device(net)))[:n]
+        if first is not None and first.dtype == torch.bfloat16 and first.device.type == "cpu":
+            out = padded_forward(net, info)
+        else:
+            out = net(torch.from_numpy(np.ascontiguousarray(info, dtype=np.float32)).to(_net_device(net)))
         return out.detach().to("cpu", torch.float64).numpy()
 
 

@@ -3,6 +3,7 @@ from the info-state tensor to one output per action id (illegal ones are
 ignored by regret matching / masked in training). A value net is an MLP
 with one output; AdvantageValue serves an advantage net and a value net as
 one module whose answer rows are the advantages followed by the value."""
+import numpy as np
 import torch
 from torch import nn
 
@@ -29,7 +30,7 @@ class MLP(nn.Module):
         self.register_buffer("input_scale", scale.clone())
 
     def forward(self, x):
-        # in the first layer's dtype: float32, or bfloat16 in an inference_copy
+        # in the first layer's dtype: float32, or bfloat16 after for_inference
         return self.net((x * self.input_scale).to(self.net[0].weight.dtype))
 
     def spec(self):
@@ -73,6 +74,18 @@ def padded_rows(n, multiple=16):
     evicting each other: a bf16 forward of varying size cost 1.4 to 1.8
     times a fixed-size one a row (2026-12-06). A few extra rows cost less."""
     return -(-n // multiple) * multiple
+
+
+def padded_forward(net, rows):
+    """net's answers (a tensor [n, ...]) to float32 numpy rows [n, T], run
+    on padded_rows(n) rows, zeros past the last: the batcher's CPU forward
+    for callers in one process. The caller chooses the grad mode."""
+    n = len(rows)
+    x = np.ascontiguousarray(rows, dtype=np.float32)
+    if padded_rows(n) > n:
+        x = np.zeros((padded_rows(n), x.shape[1]), np.float32)
+        x[:n] = rows
+    return net(torch.from_numpy(x).to(next(net.parameters()).device))[:n]
 
 
 def for_inference(net, dtype=None):

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from batcher.networks import for_inference, padded_rows
+from batcher.networks import for_inference, padded_forward
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT_BUSY = 0.85
@@ -156,15 +156,10 @@ def in_process_rate(game, served, games, seconds, autocast="none", null_forward=
     net = for_inference(copy.deepcopy(served), torch.bfloat16 if autocast == "bf16" else None)
 
     def forward(rows):
-        n = len(rows)
         if null_forward:
-            return np.ones((n, cols), np.float32)
-        x = rows
-        if padded_rows(n) > n:
-            x = np.zeros((padded_rows(n), rows.shape[1]), np.float32)
-            x[:n] = rows
+            return np.ones((len(rows), cols), np.float32)
         with torch.inference_mode():
-            return net(torch.from_numpy(x))[:n].float().numpy()
+            return padded_forward(net, rows).float().numpy()
     try:
         done, t0, wave = 0, time.monotonic(), 0
         while time.monotonic() - t0 < seconds:
