@@ -68,8 +68,8 @@ class AdvantageValue(nn.Module):
 
 
 def padded_rows(n, multiple=16):
-    """n rounded up to a multiple of `multiple`: the rows a CPU forward runs
-    on. oneDNN builds its kernels for each batch shape and keeps a bounded
+    """n rounded up to a multiple of `multiple`: the rows a bf16 forward on a
+    CPU runs on. oneDNN builds its kernels for each batch shape and keeps a bounded
     number of them, so batches of every size from 1 to a few hundred keep
     evicting each other: a bf16 forward of varying size cost 1.4 to 1.8
     times a fixed-size one a row (2026-12-06). A few extra rows cost less."""

@@ -388,10 +388,11 @@ class Batcher:
             if not q:
                 del self.queues[mid]
 
-    def _staged(self, batch, total, cols, slot):
-        """The batch's rows copied into one host tensor [total, cols], on the
-        CPU [padded_rows(total), cols] (the spare rows hold zeros or an
-        earlier batch's rows; their answers are dropped): on a GPU
+    def _staged(self, batch, total, cols, slot, pad=False):
+        """The batch's rows copied into one host tensor [total, cols], with
+        pad (a bf16 model on the CPU) [padded_rows(total), cols] (the spare
+        rows hold zeros or an earlier batch's rows; their answers are
+        dropped): on a GPU
         (pinned) in their wire dtype when all share one, so the device gets
         the compact bytes and casts them itself; on the CPU as float32, cast
         while copying (no second pass). The null forward stages as a GPU does."""
@@ -400,7 +401,7 @@ class Batcher:
                 or any(p.rows.dtype != dtype for p in batch)):
             dtype = np.dtype(np.float32)
         host = self._stage.get((slot, dtype))
-        rows = padded_rows(total) if self.device.type == "cpu" else total
+        rows = padded_rows(total) if pad else total
         if host is None or host.shape[0] < rows or host.shape[1] != cols:
             cap = max(rows, padded_rows(self.opts.max_batch))
             host = torch.from_numpy(np.zeros((cap, cols), dtype))   # rows past a batch: zeros or earlier rows
@@ -421,7 +422,9 @@ class Batcher:
         numpy, float16 when every request of the batch asked for it, else
         float32, and event is None. On a GPU out is a pinned host tensor that
         the device fills asynchronously; it is valid once event has completed."""
-        x = self._staged(batch, total, model.input_size, slot)
+        dtype = self._autocast_dtype if model.autocast is None else _AUTOCAST_DTYPES.get(model.autocast)
+        pad = self.device.type == "cpu" and dtype is torch.bfloat16 and not self.opts.null_forward
+        x = self._staged(batch, total, model.input_size, slot, pad)
         half = all(p.request.adv_dtype is _F16 for p in batch)
         if self.opts.null_forward:
             dtype = _F16 if half else _F32
@@ -433,7 +436,6 @@ class Batcher:
             x = x.to(self.device, non_blocking=True)
             if x.dtype != torch.float32:
                 x = x.float()
-            dtype = self._autocast_dtype if model.autocast is None else _AUTOCAST_DTYPES.get(model.autocast)
             if dtype is not None:
                 with torch.autocast(self.device.type, dtype=dtype):
                     y = model.net(x)

@@ -22,7 +22,7 @@ uses its core, over 85% of the window, otherwise the workers.
 The remote-worker share: one worker's games/s through the batcher over the
 same games played in this process by the same code (traverser.selfplay.
 play_local, the forward in this process, one torch thread, run as the
-batcher runs it on a CPU: weights cast once, rows padded to 16), measured
+batcher runs it on a CPU: in bf16 weights cast once, rows padded to 16), measured
 in the same run. On a box with too few cores for W workers, W x the share is
 the stage's reach, as the service ceiling reasons for CFR. With
 --null-forward both sides answer every row with ones (a uniform policy, no
@@ -152,14 +152,16 @@ def in_process_rate(game, served, games, seconds, autocast="none", null_forward=
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     cols = game.num_distinct_actions() + 1
-    # the batcher's CPU forward: the weights cast once, the rows padded to a multiple of 16
+    # the batcher's CPU forward: in bf16 the weights cast once, the rows padded to a multiple of 16
     net = for_inference(copy.deepcopy(served), torch.bfloat16 if autocast == "bf16" else None)
 
     def forward(rows):
         if null_forward:
             return np.ones((len(rows), cols), np.float32)
         with torch.inference_mode():
-            return padded_forward(net, rows).float().numpy()
+            if autocast == "bf16":
+                return padded_forward(net, rows).float().numpy()
+            return net(torch.from_numpy(rows)).numpy()
     try:
         done, t0, wave = 0, time.monotonic(), 0
         while time.monotonic() - t0 < seconds:

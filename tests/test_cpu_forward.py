@@ -1,5 +1,5 @@
-"""The batcher's CPU forward: its rows padded to a multiple of 16 (one
-kernel a shape for oneDNN to keep), and bfloat16 weights cast once at
+"""The batcher's bf16 forward on a CPU: its rows padded to a multiple of 16
+(one kernel a shape for oneDNN to keep), and bfloat16 weights cast once at
 install instead of autocast casting them at every forward. Both must leave
 every answer as it was: a row's answer never depends on the rows beside
 it, and the bf16 answers are autocast's bit for bit."""
@@ -52,8 +52,9 @@ def test_for_inference_answers_as_autocast_does_bit_for_bit():
 
 
 def test_the_batcher_answers_a_short_batch_as_the_rows_alone_whatever_its_buffer_held():
-    """A batch of 5 rows runs on 16 (padded_rows); the 11 spare rows of the
-    staging buffer hold what an earlier, larger batch left there. Two
+    """A batch of 5 rows runs on 16 for a bf16 model (padded_rows); the
+    spare rows of the staging buffer hold what an earlier, larger batch
+    left there. Two
     different earlier batches give the same answers, bit for bit, and they
     are the net's own on those rows (bf16 model and float32 model)."""
     half = net_for_game(LEDUC, HIDDEN, seed=11)
