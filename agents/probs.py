@@ -7,14 +7,6 @@ import torch
 from batcher.networks import padded_forward
 
 
-def _net_device(net):
-    for p in net.parameters():
-        return p.device
-    for b in net.buffers():
-        return b.device
-    return torch.device("cpu")
-
-
 def _check_batch(info, mask):
     info = np.asarray(info, dtype=np.float32)
     mask = np.asarray(mask).astype(bool)
@@ -30,13 +22,8 @@ def _forward(net, info):
     """net(info) as float64 numpy. A net cast to bfloat16 on a CPU
     (batcher.networks.for_inference) runs on padded_rows(n) rows, as the
     batcher's forward does: one oneDNN kernel a padded shape."""
-    first = next(iter(net.parameters()), None)
     with torch.inference_mode():
-        if first is not None and first.dtype == torch.bfloat16 and first.device.type == "cpu":
-            out = padded_forward(net, info)
-        else:
-            out = net(torch.from_numpy(np.ascontiguousarray(info, dtype=np.float32)).to(_net_device(net)))
-        return out.detach().to("cpu", torch.float64).numpy()
+        return padded_forward(net, info).detach().to("cpu", torch.float64).numpy()
 
 
 def policy_probs(net, info, mask):

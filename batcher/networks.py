@@ -77,15 +77,18 @@ def padded_rows(n, multiple=16):
 
 
 def padded_forward(net, rows):
-    """net's answers (a tensor [n, ...]) to float32 numpy rows [n, T], run
-    on padded_rows(n) rows, zeros past the last: the batcher's CPU forward
-    for callers in one process. The caller chooses the grad mode."""
+    """net's answers (a tensor [n, ...]) to float32 numpy rows [n, T], as
+    the batcher runs them: a net cast to bfloat16 on a CPU (for_inference)
+    on padded_rows(n) rows, zeros past the last; any other net on the n
+    rows, on its device. The caller chooses the grad mode."""
     n = len(rows)
     x = np.ascontiguousarray(rows, dtype=np.float32)
-    if padded_rows(n) > n:
+    first = next(iter(net.parameters()), None)
+    device = torch.device("cpu") if first is None else first.device
+    if first is not None and first.dtype == torch.bfloat16 and device.type == "cpu" and padded_rows(n) > n:
         x = np.zeros((padded_rows(n), x.shape[1]), np.float32)
         x[:n] = rows
-    return net(torch.from_numpy(x).to(next(net.parameters()).device))[:n]
+    return net(torch.from_numpy(x).to(device))[:n]
 
 
 def for_inference(net, dtype=None):

@@ -159,9 +159,7 @@ def in_process_rate(game, served, games, seconds, autocast="none", null_forward=
         if null_forward:
             return np.ones((len(rows), cols), np.float32)
         with torch.inference_mode():
-            if autocast == "bf16":
-                return padded_forward(net, rows).float().numpy()
-            return net(torch.from_numpy(rows)).numpy()
+            return padded_forward(net, rows).float().numpy()
     try:
         done, t0, wave = 0, time.monotonic(), 0
         while time.monotonic() - t0 < seconds:
