@@ -30,8 +30,13 @@ class MLP(nn.Module):
         self.register_buffer("input_scale", scale.clone())
 
     def forward(self, x):
-        # in the first layer's dtype: float32, or bfloat16 after for_inference
-        return self.net((x * self.input_scale).to(self.net[0].weight.dtype))
+        return self.net(self.scale_input(x))
+
+    def scale_input(self, x):
+        """x times input_scale in the first layer's dtype (float32, or
+        bfloat16 after for_inference): what self.net takes. A learner that
+        passes over the same rows many times scales them once."""
+        return (x * self.input_scale).to(self.net[0].weight.dtype)
 
     def spec(self):
         """Constructor arguments, enough to rebuild the net (no pickling)."""

@@ -12,8 +12,8 @@ import torch
 from lc_helpers import ROOT, SMALL, local_wave, run_trainer, tiny_net
 
 import engine  # noqa: E402
-from agents.ppo import (SelfPlay, SelfPlaySettings, bf16_is_native, masked_log_softmax, onednn_isa_cap,  # noqa: E402
-                              resolve_autocast, scheduled_lr)
+from agents.ppo import (SelfPlay, SelfPlaySettings, bf16_is_native, entropy, masked_log_softmax,  # noqa: E402
+                        onednn_isa_cap, resolve_autocast, scheduled_lr)
 
 torch.set_num_threads(1)
 
@@ -133,6 +133,41 @@ def test_a_ppo_step_moves_probability_toward_the_move_that_scored(autocast):
     frozen = [p.detach().clone() for p in net.parameters()]
     tuner.update(wave, adv, np.zeros(n), policy=False)
     assert all(torch.equal(a, b) for a, b in zip(frozen, net.parameters()))
+
+
+@pytest.mark.parametrize("autocast", ["none", "bf16"])
+@pytest.mark.parametrize("bonus", [0.0, 0.05])
+def test_the_rows_scaled_once_a_wave_move_the_nets_exactly_as_the_nets_own_forwards(autocast, bonus):
+    """The update scales a wave's rows once into the products' dtype and
+    runs the two layer stacks on them; the nets' own forwards scale every
+    minibatch. Same seed, same wave: the same weights to the bit."""
+    game = engine.load_game("lost_cities", **SMALL)
+    tuned = []
+    for fast in (True, False):
+        net = tiny_net(game)
+        settings = SelfPlaySettings(games=4, lr=1e-2, epochs=2, target_kl=0, minibatch=64, critic_waves=0,
+                                    entropy=bonus, autocast=autocast)
+        tuner = SelfPlay(game, net, settings, seed=5)
+        wave, returns, _ = local_wave(tuner, 4)
+        rows, stack, _ = tuner._inputs(torch.from_numpy(wave["info"]))
+        assert (stack is net.net) and rows.dtype == (torch.bfloat16 if autocast == "bf16" else torch.float32)
+        if not fast:
+            tuner._inputs = lambda info: (info, tuner.net, tuner.critic)
+        tuner.learn(wave, returns, lr=1e-2)
+        tuned.append([p.detach().clone() for p in [*net.parameters(), *tuner.critic.parameters()]])
+    assert not torch.equal(tuned[0][0], tiny_net(game).net[0].weight)          # they moved
+    assert all(torch.equal(a, b) for a, b in zip(*tuned))
+
+
+def test_the_entropy_counts_legal_actions_only_and_keeps_its_gradient_finite():
+    logits = torch.tensor([[1.0, 2.0, 0.5, -1.0], [0.0, 0.0, 0.0, 0.0]], requires_grad=True)
+    mask = torch.tensor([[True, True, False, True], [False, True, False, False]])
+    ent = entropy(masked_log_softmax(logits, mask))
+    p = torch.softmax(torch.tensor([1.0, 2.0, -1.0]), 0)
+    assert float(ent.detach()) == pytest.approx(float(-(p * p.log()).sum()) / 2)      # the second row has one move: 0
+    ent.backward()
+    assert torch.isfinite(logits.grad).all() and not logits.grad[:, 2].any()   # nothing reaches illegal moves
+    assert not logits.grad[1].any()
 
 
 def test_learn_trains_the_critic_first_then_the_policy_at_the_rate_given():
@@ -263,7 +298,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     run_dir = tmp_path / "run"
     small = ["train.traversals=20", "train.adv_steps=2", "train.strategy_steps=2", "network.hidden=[16]",
              "eval.lc_games=2", "run.progress=false", "train.iterations=2", "train.selfplay_budget_s=2",
-             "train.selfplay_games=3"]
+             "train.selfplay_games=3", "train.selfplay_entropy=0.01"]
     r = run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir),
                      *sum([["--set", s] for s in small], [])])
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -272,6 +307,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert last["iteration"] == 2 and last["selfplay_waves"] >= 1
     assert last["selfplay_games"] == 3 * last["selfplay_waves"]
     assert f"self-play: {last['selfplay_games']} games ({last['selfplay_waves']} waves)" in r.stdout
+    assert "; entropy bonus 0.01" in r.stdout
     # CFR's agent, kept as it was when the self-play began: the same nets but the strategy net
     before, final = load_checkpoint(before_selfplay_checkpoint(run_dir)), load_checkpoint(run_dir)
     assert before["before_selfplay"] and before["iteration"] == final["iteration"] == 2
@@ -328,6 +364,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     (["train.selfplay_lr=0"], "train.selfplay_lr"),
     (["train.selfplay_autocast=fp16"], "train.selfplay_autocast"),
     (["train.selfplay_lr_hold_s=-5"], "train.selfplay_lr_hold_s"),
+    (["train.selfplay_entropy=-0.01"], "train.selfplay_entropy"),
 ])
 def test_bad_self_play_keys_are_refused_by_name(sets, match):
     from trainer.config import ConfigError, load_config

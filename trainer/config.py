@@ -120,6 +120,8 @@ class TrainSection:
     """Deals played together in one self-play wave."""
     selfplay_epochs: int = 2
     """PPO passes over each self-play wave."""
+    selfplay_entropy: float = 0.0
+    """Weight of the policy's entropy in the self-play loss (agents.ppo.SelfPlaySettings.entropy; 0: none). The advantages are normalised to unit spread a wave, so 0.01 is a small pull towards trying other moves."""
     selfplay_autocast: str = "auto"
     """The self-play nets' forwards (playing, the critic's values and the PPO update): bf16 (bfloat16 matrix products, float32 weights and losses), none (float32), or auto: bf16 on a CPU that multiplies bfloat16 in hardware (AVX512-BF16 or AMX) with oneDNN not capped below it (ONEDNN_MAX_CPU_ISA), none elsewhere: on other CPUs bfloat16 is emulated and slower, and on a GPU the waves' small forwards are bound by their launches, so bf16 plays more waves in the same minutes on such a CPU and fewer on a GPU (docs/benchmarks.md, "Lost Cities training steps")."""
 
@@ -436,6 +438,7 @@ def _stage_checks(cfg):
         ("train.selfplay_checkpoint_s", math.isfinite(cfg.train.selfplay_checkpoint_s)
          and cfg.train.selfplay_checkpoint_s >= 0),
         ("train.selfplay_epochs", cfg.train.selfplay_epochs >= 1),
+        ("train.selfplay_entropy", math.isfinite(cfg.train.selfplay_entropy) and cfg.train.selfplay_entropy >= 0),
         ("train.selfplay_autocast", cfg.train.selfplay_autocast in ("auto", "none", "bf16")),
     ]
 
