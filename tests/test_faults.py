@@ -171,9 +171,11 @@ def test_a_full_disk_at_a_checkpoint_stops_the_run_with_one_line(tmp_path, capsy
 
 
 def test_the_restart_budget_counts_every_child_and_phase(tmp_path, capsys):
-    """service.max_restarts=1 over the whole run: a worker killed in the
-    traversal takes it, so the batcher killed in the training stops the run
-    with one line naming the batcher, its exit code, the phase and the budget."""
+    """service.max_restarts=1 over the whole run: the first of two children
+    killed takes it, so the second stops the run with one line naming that
+    child, its exit code, the phase and the budget. The worker dies 0.2 s
+    into the traversal, which a quick or loaded box may have ended by then:
+    so either child may die first (the batcher dies as the training starts)."""
     from benchmarks.chaos import ChaosMonkey
     from trainer.__main__ import main
     from trainer.supervise import Supervisor
@@ -187,9 +189,11 @@ def test_the_restart_budget_counts_every_child_and_phase(tmp_path, capsys):
         Supervisor.listeners.remove(monkey)
     out = capsys.readouterr()
     assert rc == 1
-    assert re.search(r"^restart: worker0 \(pid \d+\) exited with code -9 in phase traverse of iteration 1; "
-                     r"restarted as pid \d+ \(1/1 restarts used\)$", out.out, re.M), out.out
+    restarts = re.findall(r"^restart: (worker0|batcher) \(pid \d+\) exited with code -9 in phase (traverse|train) "
+                          r"of iteration 1; restarted as pid \d+ \(1/1 restarts used\)$", out.out, re.M)
+    assert len(restarts) == 1, out.out
+    second = "batcher" if restarts[0][0] == "worker0" else "worker0"
     [line] = out.err.strip().splitlines()
-    assert re.match(r"error: batcher \(pid \d+\) exited with code -9 in phase train of iteration 1; the run's 1 "
-                    r"restarts \(service.max_restarts\) are used up; see .*batcher.log", line), line
+    assert re.match(rf"error: {second} \(pid \d+\) exited with code -9 in phase (traverse|train) of iteration 1; the "
+                    rf"run's 1 restarts \(service.max_restarts\) are used up; see .*{second}.log", line), line
     assert ck.latest_checkpoint(run_dir) is None
