@@ -211,12 +211,6 @@ class SelfPlay:
             out = module(x)
         return out.float()
 
-    def log_probs(self, info, mask):
-        """log-probabilities over the legal actions (float32 [N, A], -inf
-        where illegal) of the strategy net on info float32 [N, T], mask bool
-        [N, A], as play_wave records them and update compares against."""
-        return masked_log_softmax(self.forward(self.net, info), mask)
-
     def state(self):
         """What a checkpoint keeps of the tuner to go on: the critic, both
         optimisers, the counts and the minibatch stream."""

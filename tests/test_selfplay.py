@@ -122,7 +122,8 @@ def test_a_ppo_step_moves_probability_toward_the_move_that_scored(autocast):
 
     def logp():
         with torch.no_grad():
-            lp = tuner.log_probs(torch.from_numpy(wave["info"][rows]).float(), torch.from_numpy(wave["mask"][rows]))
+            x = torch.from_numpy(wave["info"][rows]).float()
+            lp = masked_log_softmax(tuner.forward(net, x), torch.from_numpy(wave["mask"][rows]))
         return float(lp[0, wave["action"][i]])
 
     before = logp()
