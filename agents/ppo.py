@@ -56,6 +56,7 @@ from batcher.networks import MLP, AdvantageValue
 class SelfPlaySettings:
     games: int = 512             # deals played together in one wave
     epochs: int = 2              # PPO passes over a wave
+    critic_epochs: int = 0       # of those, the passes that train the critic too (0: every one)
     minibatch: int = 4096
     lr: float = 2e-4             # the strategy net's Adam learning rate
     critic_lr: float = 1e-3
@@ -73,6 +74,7 @@ class SelfPlaySettings:
     def check(self):
         bad = [name for name, ok in (
             ("games", self.games >= 1), ("epochs", self.epochs >= 1), ("minibatch", self.minibatch >= 1),
+            ("critic_epochs", 0 <= self.critic_epochs <= self.epochs),
             ("lr", self.lr > 0), ("critic_lr", self.critic_lr > 0), ("clip", self.clip > 0),
             ("lam", 0 <= self.lam <= 1), ("value_scale", self.value_scale > 0), ("entropy", self.entropy >= 0),
             ("target_kl", self.target_kl >= 0), ("critic_waves", self.critic_waves >= 0),
@@ -362,7 +364,9 @@ class SelfPlay:
         self.net.train()
         self.critic.train()
         stop = False
-        for _ in range(s.epochs):
+        # the critic's passes: critic_epochs of the policy's (0: all); a wave that trains only the critic takes all
+        critic_epochs = s.critic_epochs if policy and s.critic_epochs else s.epochs
+        for epoch in range(s.epochs):
             perm = torch.from_numpy(self.rng.permutation(n)).to(dev)
             for i in range(0, n, s.minibatch):
                 if tick is not None:
@@ -371,14 +375,15 @@ class SelfPlay:
                 # index_select: 2.5 to 4 times as fast as info[j] on a CPU
                 x = info.index_select(0, j)
                 x = x.float() if x.dtype == torch.uint8 else x
-                v = self.forward(critic, x)[:, 0]
-                closs = ((v - tgt.index_select(0, j)) ** 2).mean()
-                self.critic_opt.zero_grad(set_to_none=True)
-                closs.backward()
-                if s.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(self.critic.parameters(), s.grad_clip)
-                self.critic_opt.step()
-                stats["critic_mse"].append(float(closs.detach()))
+                if epoch < critic_epochs:
+                    v = self.forward(critic, x)[:, 0]
+                    closs = ((v - tgt.index_select(0, j)) ** 2).mean()
+                    self.critic_opt.zero_grad(set_to_none=True)
+                    closs.backward()
+                    if s.grad_clip > 0:
+                        torch.nn.utils.clip_grad_norm_(self.critic.parameters(), s.grad_clip)
+                    self.critic_opt.step()
+                    stats["critic_mse"].append(float(closs.detach()))
                 if not policy:
                     continue
                 logp_all = torch.log_softmax(self.forward(net, x) + bias.index_select(0, j), dim=1)

@@ -160,6 +160,32 @@ def test_the_rows_scaled_once_a_wave_move_the_nets_exactly_as_the_nets_own_forwa
     assert all(torch.equal(a, b) for a, b in zip(*tuned))
 
 
+def test_the_critic_trains_on_its_passes_only_and_on_every_pass_while_the_policy_waits():
+    """critic_epochs 1 of 2: the critic ends where one pass would leave it
+    (the same minibatches, as the first pass's order comes first from the
+    stream) while the policy takes both passes; a wave that trains only the
+    critic gives it every pass."""
+    game = engine.load_game("lost_cities", **SMALL)
+
+    def tune(epochs, critic_epochs, critic_waves=0):
+        net = tiny_net(game)
+        settings = SelfPlaySettings(games=4, lr=1e-2, epochs=epochs, critic_epochs=critic_epochs, target_kl=0,
+                                    minibatch=64, critic_waves=critic_waves, autocast="none")
+        tuner = SelfPlay(game, net, settings, seed=5)
+        wave, returns, _ = local_wave(tuner, 4)
+        out = tuner.learn(wave, returns, lr=1e-2)
+        return ([p.detach().clone() for p in net.parameters()],
+                [p.detach().clone() for p in tuner.critic.parameters()], out)
+
+    both, one_pass, critic_once = tune(2, 0), tune(1, 0), tune(2, 1)
+    same = lambda a, b: all(torch.equal(x, y) for x, y in zip(a, b))  # noqa: E731
+    assert same(critic_once[1], one_pass[1]) and not same(critic_once[1], both[1])
+    assert same(critic_once[0], both[0]) and not same(critic_once[0], one_pass[0])
+    assert critic_once[2]["critic_mse"] == pytest.approx(one_pass[2]["critic_mse"])
+    warm_all, warm_once = tune(2, 0, critic_waves=1), tune(2, 1, critic_waves=1)
+    assert same(warm_once[1], warm_all[1]) and same(warm_once[0], tiny_net(game).parameters())
+
+
 def test_the_entropy_counts_legal_actions_only_and_keeps_its_gradient_finite():
     logits = torch.tensor([[1.0, 2.0, 0.5, -1.0], [0.0, 0.0, 0.0, 0.0]], requires_grad=True)
     mask = torch.tensor([[True, True, False, True], [False, True, False, False]])
@@ -284,7 +310,8 @@ def test_auto_is_float32_on_a_gpu_even_one_with_bfloat16(monkeypatch):
 
 
 @pytest.mark.parametrize("field,value", [("games", 0), ("lam", 1.5), ("clip", 0.0), ("lr", -1.0),
-                                         ("autocast", "fp16"), ("lr_hold_s", -2.0), ("lr_hold_s", float("inf"))])
+                                         ("autocast", "fp16"), ("lr_hold_s", -2.0), ("lr_hold_s", float("inf")),
+                                         ("critic_epochs", 3), ("critic_epochs", -1)])
 def test_bad_settings_are_refused_by_name(field, value):
     with pytest.raises(ValueError, match=f"{field}="):
         SelfPlaySettings(**{field: value}).check()
@@ -366,6 +393,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     (["train.selfplay_autocast=fp16"], "train.selfplay_autocast"),
     (["train.selfplay_lr_hold_s=-5"], "train.selfplay_lr_hold_s"),
     (["train.selfplay_entropy=-0.01"], "train.selfplay_entropy"),
+    (["train.selfplay_critic_epochs=3"], "train.selfplay_critic_epochs"),
 ])
 def test_bad_self_play_keys_are_refused_by_name(sets, match):
     from trainer.config import ConfigError, load_config

@@ -120,6 +120,8 @@ class TrainSection:
     """Deals played together in one self-play wave."""
     selfplay_epochs: int = 2
     """PPO passes over each self-play wave."""
+    selfplay_critic_epochs: int = 0
+    """Of the selfplay_epochs passes over a wave, how many train the critic as well as the policy (0: every one). The critic's forward and backward are as long as the policy's, so 1 of 2 cuts a wave's update by about a quarter; the first waves, which train only the critic, take every pass."""
     selfplay_entropy: float = 0.0
     """Weight of the policy's entropy in the self-play loss (agents.ppo.SelfPlaySettings.entropy; 0: none). The advantages are normalised to unit spread a wave, so 0.01 is a small pull towards trying other moves."""
     selfplay_autocast: str = "auto"
@@ -438,6 +440,7 @@ def _stage_checks(cfg):
         ("train.selfplay_checkpoint_s", math.isfinite(cfg.train.selfplay_checkpoint_s)
          and cfg.train.selfplay_checkpoint_s >= 0),
         ("train.selfplay_epochs", cfg.train.selfplay_epochs >= 1),
+        ("train.selfplay_critic_epochs", 0 <= cfg.train.selfplay_critic_epochs <= cfg.train.selfplay_epochs),
         ("train.selfplay_entropy", math.isfinite(cfg.train.selfplay_entropy) and cfg.train.selfplay_entropy >= 0),
         ("train.selfplay_autocast", cfg.train.selfplay_autocast in ("auto", "none", "bf16")),
     ]
