@@ -76,6 +76,10 @@ def load_checkpoint(path):
 def build_net(ckpt, name):
     """The network `name` ("adv0", "adv1" or "strategy") of a loaded checkpoint."""
     from batcher.networks import build_mlp
+    if name not in ckpt["nets"]:
+        raise ValueError(f"{ckpt.get('path')} holds no {name} net"
+                         + (" (an exported agent keeps the strategy net: play its average policy)"
+                            if "exported_from" in ckpt else ""))
     net = build_mlp(ckpt["net_spec"])
     net.load_state_dict(ckpt["nets"][name])
     return net.eval()

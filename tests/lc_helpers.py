@@ -75,3 +75,22 @@ def same_rows(a, b):
         assert x.keys() == y.keys()
         for k in x:
             assert x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k]), k
+
+
+def save_small_run(run_dir, params, critic=True, seed=1):
+    """A small Lost Cities run (game params `params`) whose checkpoint holds
+    untrained 8-unit nets and, with critic, a critic as the self-play stage
+    keeps it. Returns (checkpoint path, game, nets, critic or None)."""
+    import engine
+    from batcher.networks import net_for_game
+    from trainer.checkpoint import save_checkpoint
+    game = engine.load_game("lost_cities", **params)
+    nets = {k: net_for_game(game, hidden=(8,), seed=seed + i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
+    payload = {"config": {"game": {"name": "lost_cities", "params": params}, "traversal": {"fallback": "uniform"}},
+               "nets": {k: n.state_dict() for k, n in nets.items()}, "net_spec": nets["strategy"].spec()}
+    c = None
+    if critic:
+        torch.manual_seed(seed)
+        c = MLP(game.information_state_tensor_size(), 1, (8,), input_scale=game.input_scale())
+        payload.update(critic=c.state_dict(), critic_spec=c.spec(), critic_value_scale=0.01)
+    return save_checkpoint(run_dir, 1, payload), game, nets, c

@@ -22,7 +22,8 @@ from agents.evaluate import main as eval_main  # noqa: E402
 from agents.matches import duplicate_match  # noqa: E402
 from agents.policy import AveragePolicy, load_policy  # noqa: E402
 from agents.ppo import SelfPlaySettings  # noqa: E402
-from batcher.networks import MLP, net_for_game  # noqa: E402
+from batcher.networks import net_for_game  # noqa: E402
+from lc_helpers import save_small_run  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -40,19 +41,7 @@ def _same(a, b):
 
 
 def _save_run(run_dir, critic=True, seed=1):
-    """A small Lost Cities run whose checkpoint holds untrained nets and, with
-    critic, a critic as the self-play stage keeps it."""
-    from trainer.checkpoint import save_checkpoint
-    game = engine.load_game("lost_cities", **SMALL)
-    nets = {k: net_for_game(game, hidden=(8,), seed=seed + i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
-    payload = {"config": {"game": {"name": "lost_cities", "params": SMALL}, "traversal": {"fallback": "uniform"}},
-               "nets": {k: n.state_dict() for k, n in nets.items()}, "net_spec": nets["strategy"].spec()}
-    c = None
-    if critic:
-        torch.manual_seed(seed)
-        c = MLP(game.information_state_tensor_size(), 1, (8,), input_scale=game.input_scale())
-        payload.update(critic=c.state_dict(), critic_spec=c.spec(), critic_value_scale=0.01)
-    return save_checkpoint(run_dir, 1, payload), game, nets, c
+    return save_small_run(run_dir, SMALL, critic, seed)
 
 
 class Discarder:
