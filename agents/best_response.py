@@ -132,17 +132,13 @@ def save_responder(path, ckpt, learner, info):
     """The responder as a checkpoint that run:PATH plays: the agent's config
     and net spec, its strategy net the responder's, its critic, and
     "best_response" (what it was trained against, for how long)."""
-    from agents.checkpoint import FORMAT
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from agents.checkpoint import FORMAT, save_agent_file
     state = {"format": FORMAT, "config": ckpt["config"], "iteration": ckpt.get("iteration"),
              "net_spec": learner.net.spec(),
              "nets": {"strategy": {k: v.detach().cpu() for k, v in learner.net.state_dict().items()}},
              "critic": {k: v.detach().cpu() for k, v in learner.critic.state_dict().items()},
              "critic_spec": learner.critic.spec(), "best_response": info}
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
-    return path
+    return save_agent_file(path, state)
 
 
 def train_responders(opponents, game, ckpt, policy, seed=0, log=print, searching=False):

@@ -73,6 +73,28 @@ def load_checkpoint(path):
     return ckpt
 
 
+def save_agent_file(path, payload):
+    """torch.save `payload` at `path` whole or not at all (written to
+    PATH.tmp, then renamed over it); a failed write leaves `path` as it
+    was and raises OSError naming the file. For the files agents write
+    (exported agents, responders); the trainer's own checkpoints go through
+    trainer.checkpoint.write_durably."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(payload, tmp)
+        tmp.replace(path)
+    except (OSError, RuntimeError) as e:       # torch.save reports a failed write as a RuntimeError
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else (str(e).strip() or type(e).__name__)
+        raise OSError(f"cannot write {path}: {reason.splitlines()[0]}") from None
+    return path
+
+
 def build_net(ckpt, name):
     """The network `name` ("adv0", "adv1" or "strategy") of a loaded checkpoint."""
     from batcher.networks import build_mlp

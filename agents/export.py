@@ -15,7 +15,6 @@ note) goes along under "exported_from".
 """
 import argparse
 import sys
-from pathlib import Path
 
 KEPT = ("format", "iteration", "config", "net_spec", "critic", "critic_spec", "critic_value_scale",
         "before_selfplay", "prior")
@@ -26,10 +25,7 @@ def export(source, out, note=""):
     `out` as a checkpoint holding only the strategy net and, if kept, the
     critic. Returns (out, what it kept: a list of the nets' names, the
     parameters)."""
-    import torch
-
-    from agents.checkpoint import build_critic, build_net, load_checkpoint
-    from trainer.checkpoint import write_durably
+    from agents.checkpoint import build_critic, build_net, load_checkpoint, save_agent_file
     ckpt = load_checkpoint(source)
     if "strategy" not in ckpt.get("nets", {}):
         raise ValueError(f"{ckpt['path']}: no strategy net to export")
@@ -39,9 +35,7 @@ def export(source, out, note=""):
                                 "note": note}
     if "exported_from" in ckpt:           # an export of an export: where the first came from goes along
         payload["exported_from"]["earlier"] = ckpt["exported_from"]
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_durably(out, lambda f: torch.save(payload, f))
+    out = save_agent_file(out, payload)
     nets = [build_net(payload, "strategy")] + ([build_critic(payload)] if "critic" in payload else [])
     kept = ["the strategy net", "the critic"][:len(nets)]
     return out, kept, sum(p.numel() for net in nets for p in net.parameters())
@@ -55,7 +49,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         out, kept, params = export(args.source, args.out, args.note)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:
         ap.exit(2, f"python -m agents.export: {e}\n")
     print(f"{out}: {' and '.join(kept)}, {params:,} parameters, {out.stat().st_size / 1e6:.1f} MB")
     return 0

@@ -69,3 +69,7 @@ def test_the_command_writes_the_file_and_names_a_missing_source(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "agents.export", str(tmp_path / "none"), str(tmp_path / "b.pt")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no checkpoint at" in bad.stderr and not (tmp_path / "b.pt").exists()
+    (tmp_path / "plain").write_text("a file, not a folder")
+    nowhere = subprocess.run([sys.executable, "-m", "agents.export", str(tmp_path / "run"),
+                              str(tmp_path / "plain" / "c.pt")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert nowhere.returncode == 2 and "cannot" in nowhere.stderr and "Traceback" not in nowhere.stderr
