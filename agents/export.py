@@ -10,8 +10,8 @@ The file is a checkpoint (agents/checkpoint.py, the same format): every
 command that takes a run or a checkpoint takes it, and plays its average
 policy (greedy or sampled) and a search valued by its critic. The policies
 that need the advantage nets (current, sdcfr) refuse it by name. What it
-came from (the checkpoint's path, iteration and run directory's name, the
-note) goes along under "exported_from".
+came from (the checkpoint's path and iteration, the note) goes along under
+"exported_from".
 """
 import argparse
 import sys
@@ -27,8 +27,7 @@ def export(source, out, note=""):
     parameters)."""
     from agents.checkpoint import build_critic, build_net, load_checkpoint, save_agent_file
     ckpt = load_checkpoint(source)
-    if "strategy" not in ckpt.get("nets", {}):
-        raise ValueError(f"{ckpt['path']}: no strategy net to export")
+    nets = [build_net(ckpt, "strategy")] + ([build_critic(ckpt)] if "critic" in ckpt else [])   # names a missing net
     payload = {k: ckpt[k] for k in KEPT if k in ckpt}
     payload["nets"] = {"strategy": ckpt["nets"]["strategy"]}
     payload["exported_from"] = {"checkpoint": ckpt["path"], "iteration": ckpt.get("iteration"),
@@ -36,7 +35,6 @@ def export(source, out, note=""):
     if "exported_from" in ckpt:           # an export of an export: where the first came from goes along
         payload["exported_from"]["earlier"] = ckpt["exported_from"]
     out = save_agent_file(out, payload)
-    nets = [build_net(payload, "strategy")] + ([build_critic(payload)] if "critic" in payload else [])
     kept = ["the strategy net", "the critic"][:len(nets)]
     return out, kept, sum(p.numel() for net in nets for p in net.parameters())
 
