@@ -1,7 +1,8 @@
 """Faults at any moment: the batcher or a worker SIGKILLed in every phase of a
 real local run (warm start, traverse, train, the weight push, evaluate,
 checkpoint), the trainer SIGKILLed and resumed (benchmarks/chaos.py's short
-form); stale socket and shared-memory directories removed by owner pid;
+form); SIGTERM stopping the trainer as Ctrl-C does; stale socket and
+shared-memory directories removed by owner pid;
 checkpoint writes that fail leave the previous checkpoint in force."""
 import errno
 import os
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,43 @@ def test_a_small_run_survives_kills_in_every_phase_and_a_killed_trainer(tmp_path
     lines = [json.loads(x) for x in (tmp_path / "chaos" / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["iteration"] == 1 and lines[0]["restarts_batcher"] >= 4 and lines[0]["restarts_worker"] >= 1
     assert lines[0]["restarts"] == lines[0]["restarts_batcher"] + lines[0]["restarts_worker"]
+
+
+def test_sigterm_stops_the_trainer_and_removes_its_directories(tmp_path):
+    """docker stop, a pod's end and kill send SIGTERM: the trainer stops its
+    batcher and workers as on Ctrl-C, removes its socket and shared-memory
+    directories (a trainer that SIGTERM kills outright leaves both), names
+    the checkpoint to go on from and exits with 143."""
+    from batcher.shm import default_parent
+    from benchmarks.chaos import SMALL
+    run_dir, log = tmp_path / "run", tmp_path / "trainer.log"
+    sets = SMALL + ["service.workers=1", "train.iterations=1000", "train.selfplay_budget_s=0"]
+    cmd = [sys.executable, "-m", "trainer", "--config", str(ROOT / "configs" / "smoke.yaml"),
+           "--run-dir", str(run_dir)] + [a for s in sets for a in ("--set", s)]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while ck.latest_checkpoint(run_dir) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        sockets = Path(re.search(r"^run dir .*?; batcher ipc://(\S+)/batcher\.sock", log.read_text(), re.M).group(1))
+        shm = [Path(default_parent()) / d for d in os.listdir(default_parent()) if d.startswith(launcher.SHM_PREFIX)]
+        shm = [d for d in shm if (d / launcher.OWNER_FILE).read_text().split()[0] == str(proc.pid)]
+        assert sockets.is_dir() and len(shm) == 1
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert rc == 143, text[-3000:]
+    line = re.search(r"^stopped by SIGTERM; services stopped; the run goes on from (\S+) with --resume (\S+)$",
+                     text, re.M)
+    assert line and Path(line.group(2)) == run_dir, text[-3000:]
+    assert ck.load_checkpoint(Path(line.group(1)))["iteration"] >= 1
+    assert not sockets.exists() and not shm[0].exists()
 
 
 # ---------------------------------------------------------------------------

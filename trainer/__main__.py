@@ -3,8 +3,12 @@
 
 Deep CFR training. With no service endpoints configured it starts the batcher
 and the workers itself (the embedded local default), so one command trains.
+SIGTERM (docker stop, a Kubernetes pod's end, kill) stops it as Ctrl-C does:
+the batcher and workers stopped, their directories removed, exit code 143;
+the run goes on from its last checkpoint with --resume or --auto-resume.
 """
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,15 +58,29 @@ def main(argv=None):
         return 2
     from trainer.loop import Trainer
     from trainer.summary import final_summary
+    stopped = []
+
+    def stop(signum, frame):
+        # raised in the main thread at its next bytecode: the trainer's finally blocks stop the services;
+        # a second SIGTERM while they do is let pass
+        if not stopped:
+            stopped.append(signum)
+            raise KeyboardInterrupt
+    before = signal.signal(signal.SIGTERM, stop)
     try:
         trainer = Trainer(cfg, run_dir, resume=resume)
         metrics = trainer.run()
     except KeyboardInterrupt:
-        print("interrupted; services stopped", file=sys.stderr)
-        return 130
+        last = ck.latest_checkpoint(run_dir)
+        print(f"{'stopped by SIGTERM' if stopped else 'interrupted'}; services stopped; "
+              + (f"the run goes on from {last} with --resume {run_dir}" if last else "no checkpoint was written yet"),
+              file=sys.stderr)
+        return 128 + signal.SIGTERM if stopped else 130
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, before)
     print("\n" + final_summary(metrics, run_dir, cfg, trainer.start_iteration))
     return 0
 
