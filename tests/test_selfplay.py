@@ -186,6 +186,21 @@ def test_the_critic_trains_on_its_passes_only_and_on_every_pass_while_the_policy
     assert same(warm_once[1], warm_all[1]) and same(warm_once[0], tiny_net(game).parameters())
 
 
+@pytest.mark.parametrize("minibatch", [32, 1000])
+def test_a_pass_takes_one_adam_step_a_minibatch_of_the_wave(minibatch):
+    """epochs x ceil(decisions / minibatch) steps of each net's Adam (no KL
+    stop): train.selfplay_minibatch sets how many steps a wave buys."""
+    game = engine.load_game("lost_cities", **SMALL)
+    tuner = SelfPlay(game, tiny_net(game), SelfPlaySettings(games=4, epochs=2, minibatch=minibatch, target_kl=0,
+                                                            critic_waves=0, autocast="none"), seed=3)
+    wave, returns, _ = local_wave(tuner, 4)
+    tuner.learn(wave, returns, lr=1e-3)
+    n = len(wave["action"])
+    assert n > 32
+    steps = lambda opt: int(next(iter(opt.state.values()))["step"])  # noqa: E731
+    assert steps(tuner.opt) == steps(tuner.critic_opt) == 2 * -(-n // minibatch)
+
+
 def test_the_entropy_counts_legal_actions_only_and_keeps_its_gradient_finite():
     logits = torch.tensor([[1.0, 2.0, 0.5, -1.0], [0.0, 0.0, 0.0, 0.0]], requires_grad=True)
     mask = torch.tensor([[True, True, False, True], [False, True, False, False]])
