@@ -122,8 +122,6 @@ class TrainSection:
     """PPO passes over each self-play wave."""
     selfplay_critic_epochs: int = 0
     """Of the selfplay_epochs passes over a wave, how many train the critic as well as the policy (0: every one). The first waves, which train only the critic, take every pass. 1 of 2 made a bfloat16 wave 1.40 s against 1.52 s, the means of four, on the 2-core AMD box (2026-12-07, cbd1a44: python -m benchmarks.lc_selfplay AGENT --speed-waves 5 --critic-epochs 1, and 0); whether the extra waves make a stronger agent is not measured yet."""
-    selfplay_minibatch: int = 4096
-    """Rows of a self-play wave in each PPO step of the strategy net and the critic (agents.ppo.SelfPlaySettings.minibatch); a wave of 512 games holds about 56,000 decisions, so 4096 makes about 14 steps a pass."""
     selfplay_entropy: float = 0.0
     """Weight of the policy's entropy in the self-play loss (agents.ppo.SelfPlaySettings.entropy; 0: none). The advantages are normalised to unit spread a wave, so 0.01 is a small pull towards trying other moves."""
     selfplay_autocast: str = "auto"
@@ -442,7 +440,6 @@ def _stage_checks(cfg):
         ("train.selfplay_checkpoint_s", math.isfinite(cfg.train.selfplay_checkpoint_s)
          and cfg.train.selfplay_checkpoint_s >= 0),
         ("train.selfplay_epochs", cfg.train.selfplay_epochs >= 1),
-        ("train.selfplay_minibatch", cfg.train.selfplay_minibatch >= 1),
         ("train.selfplay_critic_epochs", 0 <= cfg.train.selfplay_critic_epochs <= cfg.train.selfplay_epochs),
         ("train.selfplay_entropy", math.isfinite(cfg.train.selfplay_entropy) and cfg.train.selfplay_entropy >= 0),
         ("train.selfplay_autocast", cfg.train.selfplay_autocast in ("auto", "none", "bf16")),
