@@ -26,6 +26,8 @@ class NetworkSection:
     """Hidden layer widths of the advantage and strategy MLPs."""
     value_hidden: list = field(default_factory=lambda: [256, 256])
     """Hidden layer widths of the value net (train.value_steps > 0): info-state -> the expected return of its player, in traversal value units."""
+    critic_hidden: list = field(default_factory=lambda: [256, 256])
+    """Hidden layer widths of the self-play critic (train.selfplay_budget_s > 0): info-state -> the expected return of the player to act, kept in every checkpoint of the stage. The critic trains beside the strategy net on the update's core, so a narrower one leaves more of the stage's minutes to the policy."""
 
 
 @dataclass
@@ -379,8 +381,15 @@ def _train_checks(cfg):
         ("train.adv_lr_after", cfg.train.adv_lr_after >= 0),
         ("train.average", cfg.train.average in ("network", "sdcfr")),
         ("train.device", cfg.train.device in ("auto", "cpu") or cfg.train.device.startswith("cuda")),
-        ("network.hidden", len(cfg.network.hidden) >= 1 and all(isinstance(h, int) and h >= 1 for h in cfg.network.hidden)),
+        ("network.hidden", _widths(cfg.network.hidden)),
+        ("network.critic_hidden", _widths(cfg.network.critic_hidden)),
     ]
+
+
+def _widths(widths):
+    """Whether `widths` is a non-empty list of hidden layer widths, each an int >= 1."""
+    return (isinstance(widths, list) and len(widths) >= 1
+            and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in widths))
 
 
 def _service_checks(cfg):
@@ -412,8 +421,7 @@ def _prior_checks(cfg):
         ("train.value_steps", cfg.train.value_steps >= 0),
         ("train.value_budget_s", math.isfinite(cfg.train.value_budget_s) and cfg.train.value_budget_s >= 0),
         ("train.value_labels", cfg.train.value_labels in ("outcome", "search", "both")),
-        ("network.value_hidden", len(cfg.network.value_hidden) >= 1
-         and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in cfg.network.value_hidden)),
+        ("network.value_hidden", _widths(cfg.network.value_hidden)),
         ("train.warm_start_worlds", cfg.train.warm_start_worlds >= 0),
         ("train.exit_rounds", cfg.train.exit_rounds >= 0),
         ("train.exit_games", cfg.train.exit_games >= 1),
