@@ -54,6 +54,9 @@ def main(argv=None):
                     help="time N waves in float32 and in bfloat16 from the same agent and print both (no --out)")
     for field, default in SelfPlaySettings.__dataclass_fields__.items():
         if field == "critic_hidden":
+            ap.add_argument("--critic-hidden", type=widths, default=default.default, metavar="W,W",
+                            help="the critic's hidden layer widths, e.g. 128,128 "
+                                 f"(default {','.join(map(str, default.default))})")
             continue
         ap.add_argument("--" + field.replace("_", "-"), type=type(default.default), default=default.default,
                         help=f"agents.ppo.SelfPlaySettings.{field} (default {default.default})")
@@ -73,12 +76,22 @@ def main(argv=None):
     game = game_of(ckpt)
     if game.name != "lost_cities":
         raise SystemExit(f"lc_selfplay: {ckpt['path']} is a {game.name} run; self-play here is for lost_cities")
-    settings = SelfPlaySettings(**{f: getattr(args, f) for f in SelfPlaySettings.__dataclass_fields__
-                                   if f != "critic_hidden"})
+    settings = SelfPlaySettings(**{f: getattr(args, f) for f in SelfPlaySettings.__dataclass_fields__})
     with tempfile.TemporaryDirectory(prefix="lc_selfplay_") as scratch:   # the services' logs, unless --run-dir
         if args.speed_waves:
             return speed(ckpt, settings, args, scratch)
         return tune(ckpt, settings, args, scratch)
+
+
+def widths(text):
+    """"128,128" -> (128, 128): hidden layer widths, each an int >= 1."""
+    try:
+        out = tuple(int(w) for w in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected widths like 128,128, got {text!r}")
+    return out
 
 
 def tune(ckpt, settings, args, scratch):

@@ -375,7 +375,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert not list(scratch.glob("lc_selfplay_*"))
     out = tmp_path / "tuned.pt"
     lc_selfplay.main([str(run_dir), "--out", str(out), "--waves", "2", "--games", "3", "--critic-waves", "1",
-                      "--lr", "0.01", "--eval-games", "2", "--jobs", "1"])
+                      "--lr", "0.01", "--critic-hidden", "6,5", "--eval-games", "2", "--jobs", "1"])
     src, tuned = load_checkpoint(run_dir), load_checkpoint(out)
     assert tuned["selfplay"]["selfplay_waves"] == 2 and tuned["selfplay"]["from"] == src["path"]
     assert tuned["selfplay"]["selfplay_games"] == 6
@@ -384,6 +384,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert all(torch.equal(src["nets"]["adv0"][k], v) for k, v in tuned["nets"]["adv0"].items())
     assert load_policy(str(out), kind="average-greedy").game.name == "lost_cities"
     assert build_critic(tuned) is not None and load_policy(str(out)).critic is not None
+    assert tuned["critic_spec"]["hidden"] == [6, 5]
     assert not list(scratch.glob("lc_selfplay_*"))
     printed = capsys.readouterr().out
     assert '"selfplay_waves": 2' in printed and "agents.evaluate" in printed
@@ -398,6 +399,9 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     with pytest.raises(SystemExit):
         lc_selfplay.main([str(run_dir), "--waves", "1"])           # no --out and no --speed-waves
     assert "--out is needed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        lc_selfplay.main([str(run_dir), "--speed-waves", "1", "--critic-hidden", "128,0"])
+    assert "expected widths like 128,128, got '128,0'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("sets,match", [
