@@ -52,6 +52,9 @@ def main(argv=None):
                     help="more overrides of the run's config, e.g. service.max_wait_us=100")
     ap.add_argument("--speed-waves", type=int, default=0,
                     help="time N waves in float32 and in bfloat16 from the same agent and print both (no --out)")
+    ap.add_argument("--update-cpu", type=int, default=0, metavar="ROWS",
+                    help="CPU seconds of one update of a ROWS-row wave on one thread, these settings against the "
+                         "defaults (no --out; the load beside it does not enter a CPU-time figure)")
     for field, default in SelfPlaySettings.__dataclass_fields__.items():
         if field == "critic_hidden":
             ap.add_argument("--critic-hidden", type=widths, default=default.default, metavar="W,W",
@@ -61,10 +64,10 @@ def main(argv=None):
         ap.add_argument("--" + field.replace("_", "-"), type=type(default.default), default=default.default,
                         help=f"agents.ppo.SelfPlaySettings.{field} (default {default.default})")
     args = ap.parse_args(argv)
-    if args.speed_waves < 0:
-        ap.error(f"--speed-waves must be >= 0, got {args.speed_waves}")
-    if not args.out and not args.speed_waves:
-        ap.error("--out is needed (where to save the tuned checkpoint), unless --speed-waves")
+    if args.speed_waves < 0 or args.update_cpu < 0:
+        ap.error(f"--speed-waves and --update-cpu must be >= 0, got {args.speed_waves} and {args.update_cpu}")
+    if not args.out and not args.speed_waves and not args.update_cpu:
+        ap.error("--out is needed (where to save the tuned checkpoint), unless --speed-waves or --update-cpu")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
@@ -77,6 +80,8 @@ def main(argv=None):
     if game.name != "lost_cities":
         raise SystemExit(f"lc_selfplay: {ckpt['path']} is a {game.name} run; self-play here is for lost_cities")
     settings = SelfPlaySettings(**{f: getattr(args, f) for f in SelfPlaySettings.__dataclass_fields__})
+    if args.update_cpu:
+        return update_cpu(ckpt, game, settings, args.update_cpu, args.seed)
     with tempfile.TemporaryDirectory(prefix="lc_selfplay_") as scratch:   # the services' logs, unless --run-dir
         if args.speed_waves:
             return speed(ckpt, settings, args, scratch)
@@ -163,6 +168,42 @@ def speed(ckpt, settings, args, scratch):
     print(json.dumps({"float32_s_per_wave": round(f32, 3), "bf16_s_per_wave": round(b16, 3),
                       "bf16_waves_per_float32_wave": round(f32 / b16, 2)}), flush=True)
     return {"float32_s_per_wave": f32, "bf16_s_per_wave": b16}
+
+
+def update_cpu(ckpt, game, settings, rows, seed):
+    """CPU seconds (time.thread_time, one torch thread) of SelfPlay.update on
+    one wave of `rows` decisions from the checkpoint's strategy net, for
+    `settings` and for the defaults (the baseline), each the lesser of two
+    after a warm-up. The wave is made up (random legal masks, moves and
+    advantages, no KL stop): an update's work depends on its size only."""
+    import numpy as np
+    from agents.checkpoint import build_net
+    from agents.ppo import SelfPlay
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(seed)
+    T, A = game.information_state_tensor_size(), game.num_distinct_actions()
+    mask = rng.random((rows, A)) < 0.15
+    action = rng.integers(0, A, rows)
+    mask[np.arange(rows), action] = True
+    wave = {"info": (rng.random((rows, T)) < 0.1).astype(np.uint8), "mask": mask, "action": action,
+            "logp": np.full(rows, -1.5, np.float32)}
+    adv, target = rng.standard_normal(rows), 0.3 * rng.standard_normal(rows)
+    out = {}
+    for name, s in (("defaults", SelfPlaySettings()), ("these settings", settings)):
+        tuner = SelfPlay(game, build_net(ckpt, "strategy"), replace(s, target_kl=0), seed=seed)
+        tuner.update(wave, adv, target)
+        times = []
+        for _ in range(2):
+            t0 = time.thread_time()
+            tuner.update(wave, adv, target)
+            times.append(time.thread_time() - t0)
+        out[name] = min(times)
+        print(f"  {name}: {out[name]:.2f} s of CPU an update of {rows:,} rows (critic "
+              f"{'x'.join(map(str, s.critic_hidden))} on {s.critic_epochs or s.epochs} of {s.epochs} passes, "
+              f"minibatches of {s.minibatch}, {tuner.precision()})", flush=True)
+    print(json.dumps({"update_cpu_s": round(out["these settings"], 3), "defaults_cpu_s": round(out["defaults"], 3),
+                      "ratio": round(out["these settings"] / out["defaults"], 3)}), flush=True)
+    return out
 
 
 if __name__ == "__main__":

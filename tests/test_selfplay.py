@@ -399,6 +399,13 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     with pytest.raises(SystemExit):
         lc_selfplay.main([str(run_dir), "--waves", "1"])           # no --out and no --speed-waves
     assert "--out is needed" in capsys.readouterr().err
+    # the update's CPU on a made-up wave: these settings against the defaults, nothing saved or started
+    cpu = lc_selfplay.main([str(run_dir), "--update-cpu", "300", "--critic-hidden", "4", "--critic-epochs", "1"])
+    printed = capsys.readouterr().out
+    assert "critic 4 on 1 of 2 passes" in printed and "critic 256x256 on 2 of 2 passes" in printed
+    assert json.loads(printed.strip().splitlines()[-1])["update_cpu_s"] == pytest.approx(cpu["these settings"], abs=1e-3)
+    assert cpu["defaults"] > 0 and cpu["these settings"] > 0
+    assert not list(scratch.glob("lc_selfplay_*"))
     with pytest.raises(SystemExit):
         lc_selfplay.main([str(run_dir), "--speed-waves", "1", "--critic-hidden", "128,0"])
     assert "expected widths like 128,128, got '128,0'" in capsys.readouterr().err
