@@ -10,6 +10,11 @@ replaced), which every evaluation tool reads as a run. With --eval-games N
 it then plays the tuned agent greedy on duplicate deals (agents.evaluate)
 head to head against the agent it started from, against RUN's latest
 agent, and against the rule-based bots.
+
+Two timings save nothing: --speed-waves N plays N waves through the
+service in float32 and in bfloat16 (seconds a wave, so a quiet box), and
+--update-cpu ROWS gives the CPU seconds of one update of a ROWS-row wave
+with the settings given next to the defaults (CPU time, so any box).
 """
 import argparse
 import json
