@@ -25,14 +25,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from agents.checkpoint import game_of, load_checkpoint, prior_checkpoint
+from agents.checkpoint import build_net, game_of, load_checkpoint, prior_checkpoint
 from batcher.options import DeviceError, resolve_device
 from trainer.checkpoint import write_durably
 from trainer.config import apply_overrides, config_from_dict
 from trainer.loop import Trainer
-from agents.ppo import SelfPlaySettings
+from agents.ppo import SelfPlay, SelfPlaySettings
 from trainer.selfplay_stage import tune_on_service
 
 
@@ -181,9 +182,6 @@ def update_cpu(ckpt, game, settings, rows, seed):
     `settings` and for the defaults (the baseline), each the lesser of two
     after a warm-up. The wave is made up (random legal masks, moves and
     advantages, no KL stop): an update's work depends on its size only."""
-    import numpy as np
-    from agents.checkpoint import build_net
-    from agents.ppo import SelfPlay
     torch.set_num_threads(1)
     rng = np.random.default_rng(seed)
     T, A = game.information_state_tensor_size(), game.num_distinct_actions()
