@@ -67,6 +67,7 @@ class SelfPlaySettings:
     target_kl: float = 0.02      # stop a wave's epochs once the mean KL passes it (0: never)
     critic_waves: int = 3        # waves that train only the critic first
     critic_hidden: tuple = (256, 256)
+    critic_views: int = 1        # 2: the critic also sees the opponent's info state (its hand); the policy never does
     grad_clip: float = 1.0
     autocast: str = "auto"       # the nets' forwards in bfloat16 ("bf16"), float32 ("none"), or "auto" (bf16_is_native)
     lr_hold_s: float = -1.0      # the lr holds this many seconds, then falls linearly to 0 at the budget's end (-1: holds)
@@ -74,7 +75,7 @@ class SelfPlaySettings:
     def check(self):
         bad = [name for name, ok in (
             ("games", self.games >= 1), ("epochs", self.epochs >= 1), ("minibatch", self.minibatch >= 1),
-            ("critic_epochs", 0 <= self.critic_epochs <= self.epochs),
+            ("critic_epochs", 0 <= self.critic_epochs <= self.epochs), ("critic_views", self.critic_views in (1, 2)),
             ("lr", self.lr > 0), ("critic_lr", self.critic_lr > 0), ("clip", self.clip > 0),
             ("lam", 0 <= self.lam <= 1), ("value_scale", self.value_scale > 0), ("entropy", self.entropy >= 0),
             ("target_kl", self.target_kl >= 0), ("critic_waves", self.critic_waves >= 0),
@@ -187,8 +188,11 @@ class SelfPlay:
         self.net = net
         self.device = torch.device(device)
         s = self.settings
-        T = game.information_state_tensor_size()
-        self.critic = MLP(T, 1, s.critic_hidden, input_scale=net.input_scale.detach().cpu()).to(self.device)
+        self.T = T = game.information_state_tensor_size()
+        # views 2: a row is the player's info state, then the opponent's; the critic, used only in training
+        # (and by a search that deals whole worlds), may see what the player cannot
+        self.critic = MLP(s.critic_views * T, 1, s.critic_hidden,
+                          input_scale=net.input_scale.detach().cpu().repeat(s.critic_views)).to(self.device)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=s.critic_lr)
         # one precision for every forward: the log-probabilities recorded while playing are then the ones
@@ -338,15 +342,15 @@ class SelfPlay:
         Cities) and the nets themselves, which scale each minibatch. Scaling
         4096 rows of 612 features, casting them and again for the critic
         was a third of a minibatch's time on one core."""
-        same = (isinstance(self.net, MLP) and isinstance(self.critic, MLP)
-                and torch.equal(self.net.input_scale, self.critic.input_scale))
+        same = (isinstance(self.net, MLP) and isinstance(self.critic, MLP) and torch.equal(
+            self.net.input_scale.repeat(self.settings.critic_views), self.critic.input_scale))
         if not same:
             return info, self.net, self.critic
         dtype = torch.bfloat16 if self.autocast == "bf16" else torch.float32
         rows = torch.empty(info.shape, dtype=dtype, device=info.device)
         with torch.no_grad():
             for i in range(0, len(info), 8192):
-                rows[i:i + 8192] = self.net.scale_input(info[i:i + 8192].float())
+                rows[i:i + 8192] = self.critic.scale_input(info[i:i + 8192].float()).to(dtype)
         return rows, self.net.net, self.critic.net
 
     def update(self, wave, adv, target, policy=True, tick=None):
@@ -386,7 +390,8 @@ class SelfPlay:
                     stats["critic_mse"].append(float(closs.detach()))
                 if not policy:
                     continue
-                logp_all = torch.log_softmax(self.forward(net, x) + bias.index_select(0, j), dim=1)
+                own = x if x.shape[1] == self.T else x[:, :self.T]      # the policy sees its own view only
+                logp_all = torch.log_softmax(self.forward(net, own) + bias.index_select(0, j), dim=1)
                 logp = logp_all.gather(1, act.index_select(0, j)[:, None])[:, 0]
                 old_j = old.index_select(0, j)
                 ratio = torch.exp(logp - old_j)
