@@ -102,8 +102,9 @@ class AveragePolicy(Policy):
     def critic_views(self):
         """The info states a row of values() holds: 1, the player's; 2, the
         player's and then the opponent's (a critic trained with
-        network.critic_views 2, which only a search over whole worlds can feed)."""
-        return self.critic.input_size // self.net.input_size
+        network.critic_views 2, which only a search over whole worlds can feed);
+        0 without a critic."""
+        return 0 if self.critic is None else self.critic.input_size // self.net.input_size
 
     def values(self, info):
         """float64 [n]: the critic's expected final score difference, in
