@@ -75,10 +75,8 @@ def train_responder(game, frozen, start, budget_s, seed=0, games=512, settings=N
     wave's games as it played them, sampled)."""
     from traverser.selfplay import play_local, wave_seeds
     settings = settings or SelfPlaySettings(games=games)
-    T = game.information_state_tensor_size()
-    if critic is not None:      # one that sees both views (critic_views 2) takes rows of both
-        settings = dataclasses.replace(settings, critic_hidden=tuple(critic.hidden),
-                                       critic_views=critic.input_size // T)
+    if critic is not None:
+        settings = dataclasses.replace(settings, critic_hidden=tuple(critic.hidden))
     learner = SelfPlay(game, copy.deepcopy(start).float(), settings, seed=seed)
     if critic is not None:
         learner.critic.load_state_dict(critic.state_dict())
@@ -91,10 +89,10 @@ def train_responder(game, frozen, start, budget_s, seed=0, games=512, settings=N
         with torch.no_grad():
             if mine.any():
                 xm = x[torch.from_numpy(mine)]
-                out[mine, :A] = learner.forward(learner.net, xm[:, :T]).numpy()
+                out[mine, :A] = learner.forward(learner.net, xm).numpy()
                 out[mine, A] = learner.forward(learner.critic, xm)[:, 0].numpy()
             if not mine.all():
-                out[~mine, :A] = frozen(np.ascontiguousarray(rows[~mine][:, :T]))
+                out[~mine, :A] = frozen(rows[~mine])
         return out
 
     history = []
@@ -104,7 +102,7 @@ def train_responder(game, frozen, start, budget_s, seed=0, games=512, settings=N
         seeds = wave_seeds(seed, len(history), games)
         learner.net.eval()
         play_local(game, forward, np.arange(games), seeds, lambda d, e: (decisions.append(d), ends.append(e)),
-                   slots=games, seated=True, views=settings.critic_views)
+                   slots=games, seated=True)
         wave, returns = learner.wave_from_chunks(decisions, ends)
         mine = wave["player"] == wave["row"] % 2
         stats = learner.learn({k: v[mine] for k, v in wave.items()}, returns, lr=settings.lr)

@@ -98,27 +98,16 @@ class AveragePolicy(Policy):
     def _probs(self, info, masks, players):
         return policy_probs(self.net, info, masks)
 
-    @property
-    def critic_views(self):
-        """The info states a row of values() holds: 1, the player's; 2, the
-        player's and then the opponent's (a critic trained with
-        network.critic_views 2, which only a search over whole worlds can feed);
-        0 without a critic."""
-        return 0 if self.critic is None else self.critic.input_size // self.net.input_size
-
     def values(self, info):
         """float64 [n]: the critic's expected final score difference, in
-        points, for the player whose info state each row of info [n, T] is
-        ([n, 2T] with the opponent's after it, for a critic of both views).
+        points, for the player whose info state each row of info [n, T] is.
         ValueError where the checkpoint kept no critic."""
         if self.critic is None:
             raise ValueError("this policy has no critic: its run had no self-play stage, or its checkpoint "
                              "was written before checkpoints kept the critic")
         info = np.asarray(info, dtype=np.float32)
-        if info.ndim != 2 or info.shape[1] != self.critic.input_size:
-            raise ValueError(f"values needs rows of {self.critic.input_size} ("
-                             + ("the player's info state, then the opponent's" if self.critic_views == 2
-                                else "info states") + f"), got shape {info.shape}")
+        if info.ndim != 2:
+            raise ValueError(f"values needs info states [n, T], got shape {info.shape}")
         return _forward(self.critic, info)[:, 0].astype(np.float64) / self.value_scale
 
 

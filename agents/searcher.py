@@ -387,9 +387,7 @@ class SearchPlayer:
         """float64 [n]: each row's value for `me` in points: the final score
         difference where the game is over, else the blueprint's critic on
         the info state of the player to act (its own expected margin, the
-        sign turned where that is the opponent; a critic of both views gets
-        the other player's after it, each world being whole), one forward
-        per player."""
+        sign turned where that is the opponent), one forward per player."""
         b = self.batch
         out = b.returns(me, 0, n).astype(np.float64)
         players = b.current_players(0, n)
@@ -398,12 +396,7 @@ class SearchPlayer:
             if len(rows):
                 m = len(rows)
                 b.encode(rows, p, self.info, self.mask)
-                x = self.info[:m]
-                if self.blueprint.critic_views == 2:
-                    x = x.copy()
-                    b.encode(rows, 1 - p, self.info, self.mask)
-                    x = np.concatenate([x, self.info[:m]], axis=1)
-                v = self.blueprint.values(x)
+                v = self.blueprint.values(self.info[:m])
                 out[rows] = v if p == me else -v
         return out
 

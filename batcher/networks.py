@@ -50,34 +50,26 @@ class AdvantageValue(nn.Module):
     forward(x) is [adv(x), value(x)], A + 1 columns, the value last. Its
     spec's "num_actions" is that output width (A + 1), so a server that
     sizes its answers by the spec needs no other rule; "value_hidden" marks
-    it (build_mlp).
-
-    A value net twice as wide as the advantage net sees both players' views:
-    a row is then the info state of the player to act followed by the
-    opponent's (traverser/_selfplay.pyx, views=2), the advantage net reads
-    its first half, and the spec's input_size is the row's width with
-    "adv_input_size" the advantage net's."""
+    it (build_mlp)."""
 
     def __init__(self, adv, value):
         super().__init__()
         if getattr(value, "num_actions", None) != 1:
             raise ValueError(f"the value net must have one output, not {getattr(value, 'num_actions', None)}")
-        if value.input_size not in (adv.input_size, 2 * adv.input_size):
+        if adv.input_size != value.input_size:
             raise ValueError(f"the advantage net takes {adv.input_size} inputs but the value net "
-                             f"{value.input_size} (the same, or twice as many: both players' views)")
+                             f"{value.input_size}")
         self.adv = adv
         self.value = value
-        self.input_size = value.input_size
+        self.input_size = adv.input_size
         self.num_actions = adv.num_actions + 1
 
     def forward(self, x):
-        own = x if self.adv.input_size == self.input_size else x[:, :self.adv.input_size]
-        return torch.cat([self.adv(own), self.value(x)], dim=1)
+        return torch.cat([self.adv(x), self.value(x)], dim=1)
 
     def spec(self):
-        both = {} if self.adv.input_size == self.input_size else {"adv_input_size": self.adv.input_size}
         return {"input_size": self.input_size, "num_actions": self.num_actions, "hidden": list(self.adv.hidden),
-                "value_hidden": list(self.value.hidden), **both}
+                "value_hidden": list(self.value.hidden)}
 
 
 def padded_rows(n, multiple=16):
@@ -124,8 +116,7 @@ def build_mlp(spec):
         if int(spec["num_actions"]) < 2:
             raise ValueError(f"an advantage-value spec needs num_actions >= 2 (the advantages and the value), "
                              f"got {spec['num_actions']}")
-        own = int(spec.get("adv_input_size", spec["input_size"]))
-        return AdvantageValue(MLP(own, int(spec["num_actions"]) - 1, tuple(spec["hidden"])),
+        return AdvantageValue(MLP(spec["input_size"], int(spec["num_actions"]) - 1, tuple(spec["hidden"])),
                               MLP(spec["input_size"], 1, tuple(spec["value_hidden"])))
     return MLP(spec["input_size"], spec["num_actions"], tuple(spec["hidden"]))
 

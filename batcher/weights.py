@@ -15,15 +15,14 @@ def net_to_bytes(net):
 
 def spec_params(spec):
     """Parameter count a spec describes (an MLP's, or an AdvantageValue's:
-    its advantage MLP with num_actions - 1 outputs on adv_input_size inputs
-    where given, plus its value MLP with one); ValueError if it is malformed."""
+    its advantage MLP with num_actions - 1 outputs plus its value MLP with
+    one); ValueError if it is malformed."""
     try:
         value = "value_hidden" in spec
-        own = int(spec.get("adv_input_size", spec["input_size"])) if value else int(spec["input_size"])
-        widths = [own, *[int(h) for h in spec["hidden"]], int(spec["num_actions"]) - value]
+        widths = [int(spec["input_size"]), *[int(h) for h in spec["hidden"]], int(spec["num_actions"]) - value]
         parts = [widths]
         if value:
-            parts.append([int(spec["input_size"]), *[int(h) for h in spec["value_hidden"]], 1])
+            parts.append([widths[0], *[int(h) for h in spec["value_hidden"]], 1])
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise ValueError(f"bad network spec {spec!r}: {e}") from None
     if any(w < 1 for ws in parts for w in ws):

@@ -188,13 +188,12 @@ def update_cpu(ckpt, game, settings, rows, seed):
     mask = rng.random((rows, A)) < 0.15
     action = rng.integers(0, A, rows)
     mask[np.arange(rows), action] = True
-    info = (rng.random((rows, 2 * T)) < 0.1).astype(np.uint8)       # both views; one setting may read one
-    wave = {"mask": mask, "action": action, "logp": np.full(rows, -1.5, np.float32)}
+    wave = {"info": (rng.random((rows, T)) < 0.1).astype(np.uint8), "mask": mask, "action": action,
+            "logp": np.full(rows, -1.5, np.float32)}
     adv, target = rng.standard_normal(rows), 0.3 * rng.standard_normal(rows)
     out = {}
     for name, s in (("defaults", SelfPlaySettings()), ("these settings", settings)):
         tuner = SelfPlay(game, build_net(ckpt, "strategy"), replace(s, target_kl=0), seed=seed)
-        wave["info"] = np.ascontiguousarray(info[:, :s.critic_views * T])
         tuner.update(wave, adv, target)
         times = []
         for _ in range(2):
@@ -203,8 +202,7 @@ def update_cpu(ckpt, game, settings, rows, seed):
             times.append(time.thread_time() - t0)
         out[name] = min(times)
         print(f"  {name}: {out[name]:.2f} s of CPU an update of {rows:,} rows (critic "
-              f"{'x'.join(map(str, s.critic_hidden))}{' of both views' if s.critic_views == 2 else ''} on "
-              f"{s.critic_epochs or s.epochs} of {s.epochs} passes, "
+              f"{'x'.join(map(str, s.critic_hidden))} on {s.critic_epochs or s.epochs} of {s.epochs} passes, "
               f"minibatches of {s.minibatch}, {tuner.precision()})", flush=True)
     print(json.dumps({"update_cpu_s": round(out["these settings"], 3), "defaults_cpu_s": round(out["defaults"], 3),
                       "ratio": round(out["these settings"] / out["defaults"], 3)}), flush=True)

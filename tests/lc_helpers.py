@@ -48,7 +48,7 @@ def local_wave(tuner, games, wave=0, version=0, served=None):
             return served(torch.from_numpy(rows)).float().numpy()
 
     play_local(tuner.game, forward, np.arange(games), seeds, lambda d, e: (decisions.append(d), ends.append(e)),
-               slots=max(1, games // 2), version=version, views=tuner.settings.critic_views)
+               slots=max(1, games // 2), version=version)
     wave, returns = tuner.wave_from_chunks(decisions, ends)
     return wave, returns, seeds
 

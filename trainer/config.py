@@ -28,8 +28,6 @@ class NetworkSection:
     """Hidden layer widths of the value net (train.value_steps > 0): info-state -> the expected return of its player, in traversal value units."""
     critic_hidden: list = field(default_factory=lambda: [256, 256])
     """Hidden layer widths of the self-play critic (train.selfplay_budget_s > 0): info-state -> the expected return of the player to act, kept in every checkpoint of the stage. The critic trains beside the strategy net on the update's core, so a narrower one leaves more of the stage's minutes to the policy."""
-    critic_views: int = 1
-    """1: the self-play critic sees the info state of the player to act, as the policy does. 2: that and the opponent's (its hand, what it knows of the player's): a critic only training and the search use, so it may see what the player cannot, and its values vary less. The workers then send both views a row (twice the bytes), the batcher's policy reads the first."""
 
 
 @dataclass
@@ -385,7 +383,6 @@ def _train_checks(cfg):
         ("train.device", cfg.train.device in ("auto", "cpu") or cfg.train.device.startswith("cuda")),
         ("network.hidden", _widths(cfg.network.hidden)),
         ("network.critic_hidden", _widths(cfg.network.critic_hidden)),
-        ("network.critic_views", cfg.network.critic_views in (1, 2) and not isinstance(cfg.network.critic_views, bool)),
     ]
 
 

@@ -39,15 +39,13 @@ from agents.ppo import scheduled_lr
 SELFPLAY_MODEL = 3          # the batcher's model id of the served policy-value net
 
 
-def wave_jobs(run_seed, wave, games, workers, first_id=0, views=1):
+def wave_jobs(run_seed, wave, games, workers, first_id=0):
     """A wave's self-play jobs: its `games` deals (wave_seeds), numbered
     0..G-1 within the wave, cut into one job per worker; job ids from
-    first_id on (unique across the waves of one phase); rows of `views`
-    info-states (2: the critic sees the opponent's too)."""
+    first_id on (unique across the waves of one phase)."""
     seeds = wave_seeds(run_seed, wave, games)
     ids = np.arange(games, dtype=np.int64)
-    fields = {"wave": wave, "model": SELFPLAY_MODEL, **({"views": views} if views != 1 else {})}
-    return [Job(first_id + k, ids=ids[c], kind="selfplay", fields=fields,
+    return [Job(first_id + k, ids=ids[c], kind="selfplay", fields={"wave": wave, "model": SELFPLAY_MODEL},
                 arrays={"games": ids[c], "seeds": seeds[c]}, kinds=("decisions", "ends"))
             for k, c in enumerate(np.array_split(np.arange(games), min(max(1, workers), games)))]
 
@@ -59,9 +57,8 @@ class WaveFeed:
     current job's last games end. Each wave's chunks are gathered apart;
     collect(wave) pumps the server until that wave is committed."""
 
-    def __init__(self, server, job_config, run_seed, games, workers, log=None, ledger=None, supervise=None, views=1):
+    def __init__(self, server, job_config, run_seed, games, workers, log=None, ledger=None, supervise=None):
         self.server, self.job_config, self.log, self.ledger = server, job_config, log, ledger
-        self.views = views
         self.run_seed, self.games, self.workers = int(run_seed), int(games), max(1, int(workers))
         self.supervise = supervise
         # wave -> {"decisions": [...], "ends": [...], "left": jobs not committed, "at": when it was handed
@@ -84,7 +81,7 @@ class WaveFeed:
 
     def submit(self, wave):
         """Hand out wave `wave`'s jobs (after those handed out before)."""
-        jobs = wave_jobs(self.run_seed, wave, self.games, self.workers, self.next_id, self.views)
+        jobs = wave_jobs(self.run_seed, wave, self.games, self.workers, self.next_id)
         self.next_id += len(jobs)
         self.chunks[wave] = {"decisions": [], "ends": [], "left": len(jobs), "at": time.monotonic()}
         if self.open:
@@ -118,7 +115,7 @@ class SelfPlayStage:
         self.tuner = tuner
         self.sup = sup
         self.feed = WaveFeed(server, job_config, run_seed, tuner.settings.games, workers, log=log, ledger=ledger,
-                             supervise=sup.check, views=tuner.settings.critic_views)
+                             supervise=sup.check)
         self.server = server
         self.log = log
         self.checkpoint = checkpoint     # checkpoint(state) every checkpoint_s seconds (state: self.state())
@@ -279,8 +276,7 @@ def run_in_trainer(trainer, t, server, sup, job_config):
     settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs,
                                 autocast=tr.selfplay_autocast, lr_hold_s=tr.selfplay_lr_hold_s,
                                 entropy=tr.selfplay_entropy, critic_epochs=tr.selfplay_critic_epochs,
-                                critic_hidden=tuple(trainer.cfg.network.critic_hidden),
-                                critic_views=trainer.cfg.network.critic_views)
+                                critic_hidden=tuple(trainer.cfg.network.critic_hidden))
     tuner = SelfPlay(trainer.game, trainer.nets["strategy"], settings, seed=trainer.cfg.run.seed,
                      device=trainer.device)
     trainer.critic, trainer.critic_value_scale = tuner.critic, settings.value_scale   # every checkpoint keeps it
@@ -292,8 +288,7 @@ def run_in_trainer(trainer, t, server, sup, job_config):
         f"{tr.selfplay_autocast}); the update on {threads[0]} torch thread(s) while the workers play, "
         f"{threads[1]} once the wave is in" + (f"; entropy bonus {settings.entropy:g}" if settings.entropy else "")
         + (f"; the critic on {settings.critic_epochs} of {settings.epochs} passes" if settings.critic_epochs else "")
-        + f"; the critic's hidden layers {'x'.join(map(str, settings.critic_hidden))}"
-        + ("; the critic sees both players' views" if settings.critic_views == 2 else ""))
+        + f"; the critic's hidden layers {'x'.join(map(str, settings.critic_hidden))}")
     stage = SelfPlayStage(tuner, server, sup, job_config, trainer.cfg.run.seed,
                           workers=trainer.cfg.service.workers or server.live_workers(), ledger=trainer.ledger,
                           log=log, checkpoint=lambda state: log(f"checkpoint {trainer.save(t, selfplay=state)}"),

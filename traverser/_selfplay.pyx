@@ -14,9 +14,7 @@ One round is:
                                       # sample one, record the decision, apply
 
 The answers are the served policy-value net's rows: num_actions logits, then
-the critic's value (AdvantageValue's layout). With views=2 a row is the
-player to move's info-state followed by the opponent's (what a critic that
-sees both hands takes; the policy reads the first half). Each decision records, in the
+the critic's value (AdvantageValue's layout). Each decision records, in the
 trajectory buffer: the info-state row, the legal mask, the move, its
 log-probability under the answered policy (the behaviour policy, exact for
 PPO's ratio whatever the weights lag), the value, the weights version of the
@@ -48,11 +46,9 @@ cdef enum:
 
 cdef class PlayGroup:
     """`n` self-play games of `game`, stepped together. `capacity`: decisions
-    the trajectory buffer holds between drains (at least n). `views`: 1, a
-    row is the player to move's info-state (tensor_size wide); 2, then the
-    opponent's after it (row_size = 2 * tensor_size; two-player games)."""
+    the trajectory buffer holds between drains (at least n)."""
     cdef readonly Game game
-    cdef readonly int n, capacity, tensor_size, num_actions, views, row_size
+    cdef readonly int n, capacity, tensor_size, num_actions
     cdef readonly bint u8              # info rows as uint8 (the game encodes them exactly so)
     cdef readonly object states, requests, request_slot, request_player
     # trajectory columns (capacity rows) and game records (n rows)
@@ -87,13 +83,8 @@ cdef class PlayGroup:
     cdef int8_t[::1] undo
     cdef int n_req, n_rows, n_ended, over
 
-    def __cinit__(self, Game game, int n, int capacity=0, int views=1):
+    def __cinit__(self, Game game, int n, int capacity=0):
         cdef const GameDef* gd = &game.gd
-        if views != 1 and views != 2:
-            raise ValueError(f"a PlayGroup's rows hold 1 view (the player to move's) or 2 (and the opponent's), "
-                             f"not {views}")
-        if views == 2 and game.num_players() != 2:
-            raise ValueError(f"views=2 needs a two-player game, not {game.num_players()} players")
         if n < 1:
             raise ValueError(f"a PlayGroup needs at least one game slot, got {n}")
         if capacity == 0:
@@ -104,12 +95,10 @@ cdef class PlayGroup:
         self.n = n
         self.capacity = capacity
         self.tensor_size = gd.tensor_size
-        self.views = views
-        self.row_size = views * gd.tensor_size
         self.num_actions = gd.num_actions
         self.u8 = gd.info_state_u8 != NULL
         self.ssize = gd.state_size
-        T, A = self.row_size, gd.num_actions
+        T, A = gd.tensor_size, gd.num_actions
         row_dtype = np.uint8 if self.u8 else np.float32
         self.states = np.zeros((n, self.ssize), np.uint8)
         self.requests = np.zeros((n, T), row_dtype)
@@ -213,7 +202,7 @@ cdef class PlayGroup:
         cdef int i, p, room = self.capacity - self.n_rows
         cdef char* s
         cdef double r[2]
-        cdef int T = self.tensor_size, W = self.row_size
+        cdef int T = self.tensor_size
         for i in range(self.n):
             if self.status[i] != ACTIVE:
                 continue
@@ -234,13 +223,9 @@ cdef class PlayGroup:
             if self.n_req >= room:
                 continue
             if self.u8:
-                gd.info_state_u8(gd.cfg, s, p, self.req_u8 + <Py_ssize_t>self.n_req * W)
-                if self.views == 2:
-                    gd.info_state_u8(gd.cfg, s, 1 - p, self.req_u8 + <Py_ssize_t>self.n_req * W + T)
+                gd.info_state_u8(gd.cfg, s, p, self.req_u8 + <Py_ssize_t>self.n_req * T)
             else:
-                gd.info_state(gd.cfg, s, p, self.req_f32 + <Py_ssize_t>self.n_req * W)
-                if self.views == 2:
-                    gd.info_state(gd.cfg, s, 1 - p, self.req_f32 + <Py_ssize_t>self.n_req * W + T)
+                gd.info_state(gd.cfg, s, p, self.req_f32 + <Py_ssize_t>self.n_req * T)
             self.req_slot[self.n_req] = i
             self.req_player[self.n_req] = <int8_t>p
             self.status[i] = PARKED
@@ -263,7 +248,7 @@ cdef class PlayGroup:
 
     cdef int _resume(self, const float[:, ::1] ans, int version) noexcept nogil:
         cdef const GameDef* gd = &self.game.gd
-        cdef int j, i, k, m, p, a, T = self.row_size, A = self.num_actions
+        cdef int j, i, k, m, p, a, T = self.tensor_size, A = self.num_actions
         cdef double mx, total, u, acc, x
         cdef char* s
         cdef Py_ssize_t row

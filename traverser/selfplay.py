@@ -6,8 +6,6 @@ through the batcher, several groups in flight.
 
 The model answers each info-state row with the policy's logits and the
 critic's value (batcher.networks.AdvantageValue: num_actions + 1 columns).
-With views=2 each row is the player to move's info-state and then the
-opponent's (traverser/_selfplay.pyx): a critic that sees both hands.
 While one group's rows are on the wire the others are stepped, as the
 traversal worker does (traverser/remote.py). Every decision and every
 game's end lands in sink(decisions, ends) as drained chunks; Python runs
@@ -23,7 +21,7 @@ class _Groups:
     deal: group k plays the games k, k + groups, ... (a whole group's worth
     at a time), so any number of games fits."""
 
-    def __init__(self, game, games, seeds, sink, groups, slots, views=1):
+    def __init__(self, game, games, seeds, sink, groups, slots):
         games = np.asarray(games, dtype=np.int64)
         seeds = np.asarray(seeds, dtype=np.int64)
         if games.shape != seeds.shape or games.ndim != 1:
@@ -33,7 +31,7 @@ class _Groups:
         # decisions, so games dealt in turns would take their rounds one after the other
         slots = max(1, min(slots, -(-len(games) // groups)))
         self.sink = sink
-        self.groups = [PlayGroup(game, slots, 4 * slots, views) for _ in range(groups)]
+        self.groups = [PlayGroup(game, slots, 4 * slots) for _ in range(groups)]
         self.todo = [(games[k::groups], seeds[k::groups]) for k in range(groups)]
         self.ended = 0
         for k, g in enumerate(self.groups):
@@ -72,13 +70,13 @@ class _Groups:
                 return -1
 
 
-def play_local(game, forward, games, seeds, sink, groups=1, slots=256, version=0, seated=False, views=1):
+def play_local(game, forward, games, seeds, sink, groups=1, slots=256, version=0, seated=False):
     """Play the deals seeds (ids `games`) to the end in this process:
-    forward(rows float32 [n, views * T]) -> answers float32 [n, A + 1]; with seated,
+    forward(rows float32 [n, T]) -> answers float32 [n, A + 1]; with seated,
     forward(rows, players, games): each row's player to move (int8) and game
     id (int64), so that the seats can play different policies (the learned
     best response, agents/best_response.py). Returns the number of games played."""
-    gs = _Groups(game, games, seeds, sink, groups, slots, views)
+    gs = _Groups(game, games, seeds, sink, groups, slots)
     live = list(range(len(gs.groups)))
     while live:
         for k in list(live):
@@ -116,13 +114,13 @@ class RemotePlay:
         self.waiting = {}       # request id -> (key, group, rows)
         self.busy = set()       # (key, group) with a request in flight
 
-    def add(self, key, games, seeds, sink, slots=None, views=1):
+    def add(self, key, games, seeds, sink, slots=None):
         """Deal job `key`'s games (`slots` a group; by default all of them at
-        once, at least `machines` a group), its rows of `views` info-states;
-        each drained chunk goes to sink(decisions, ends). Returns its _Groups."""
+        once, at least `machines` a group); each drained chunk goes to
+        sink(decisions, ends). Returns its _Groups."""
         if slots is None:
             slots = max(self.machines, -(-len(games) // self.groups))
-        gs = _Groups(self.game, games, seeds, sink, self.groups, slots, views)
+        gs = _Groups(self.game, games, seeds, sink, self.groups, slots)
         self.jobs[key] = (gs, set(range(len(gs.groups))))
         return gs
 
@@ -133,7 +131,7 @@ class RemotePlay:
     def run(self, stop=None, take=None, on_done=None, on_round=None):
         """Step every job until all are done (then it returns, whatever
         take() may hand over later). take(): jobs to add now, as
-        (key, games, seeds, sink[, slots, views]) tuples (called every round); on_done(key)
+        (key, games, seeds, sink) tuples (called every round); on_done(key)
         once a job's last game ended and its records are in its sink;
         on_round(): called every round (a worker's tail check). stop: a
         threading.Event that abandons the games."""

@@ -38,7 +38,7 @@ class SelfPlaySession:
         self.game, self.model_id = game, model_id
         self.play = RemotePlay(game, client, model_id, groups, machines)
         self.events = queue.Queue()           # from the play thread
-        self.inbox = collections.deque()      # jobs for the play thread: (key, games, seeds, sink, slots, views)
+        self.inbox = collections.deque()      # jobs for the play thread: (key, games, seeds, sink)
         self.stop = threading.Event()
         self.held = {}                        # job id -> {"counts": [decisions, ends], "ended": games}
         self.asked = False                    # a ready with held: 1 is out, not yet answered
@@ -80,8 +80,7 @@ class SelfPlaySession:
         jid = header["job"]
         self.held[jid] = {"counts": [0, 0], "ended": 0}
         self.inbox.append((jid, arrays["games"].copy(), arrays["seeds"].copy(),
-                           lambda d, e, jid=jid: self.events.put(("samples", jid, d, e)),
-                           None, int(header.get("views", 1))))
+                           lambda d, e, jid=jid: self.events.put(("samples", jid, d, e))))
 
     def _samples(self, jid, decisions, ends):
         h = self.held[jid]
