@@ -123,7 +123,7 @@ class TrainSection:
     selfplay_epochs: int = 2
     """PPO passes over each self-play wave."""
     selfplay_critic_epochs: int = 0
-    """Of the selfplay_epochs passes over a wave, how many train the critic as well as the policy (0: every one). The first waves, which train only the critic, take every pass. 1 of 2 made a bfloat16 wave 1.40 s against 1.52 s, the means of four, on the 2-core AMD box (2026-12-07, cbd1a44: python -m benchmarks.lc_selfplay AGENT --speed-waves 5 --critic-epochs 1, and 0); with the critic 128x128 as well (network.critic_hidden) the hour played 1.29 times the waves and tied the recipe at seed 11, and the stage alone beat it by 1.6 at seed 12 (docs/studies/2026-12-07-lighter-critic.md)."""
+    """Of the selfplay_epochs passes over a wave, how many train the critic as well as the policy (0: every one). The first waves, which train only the critic, take every pass. 1 of 2 made a bfloat16 wave 1.40 s against 1.52 s, the means of four, on the 2-core AMD box (2026-12-07, cbd1a44: python -m benchmarks.lc_selfplay AGENT --speed-waves 5 --critic-epochs 1, and 0); with the critic 128x128 as well (network.critic_hidden) the hour played 1.1-1.3 times the waves and tied the recipe at seeds 11 and 12, so configs/lost_cities_cpu.yaml sets both (docs/studies/2026-12-07-lighter-critic.md)."""
     selfplay_entropy: float = 0.0
     """Weight of the policy's entropy in the self-play loss (agents.ppo.SelfPlaySettings.entropy; 0: none). The advantages are normalised to unit spread a wave, so 0.01 is a small pull towards trying other moves."""
     selfplay_autocast: str = "auto"
