@@ -342,7 +342,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     small = ["train.traversals=20", "train.adv_steps=2", "train.strategy_steps=2", "network.hidden=[16]",
              "eval.lc_games=2", "run.progress=false", "train.iterations=2", "train.selfplay_budget_s=2",
              "train.selfplay_games=3", "train.selfplay_entropy=0.01", "train.selfplay_critic_epochs=1",
-             "network.critic_hidden=[8,4]"]
+             "network.critic_hidden=[8,4]", "train.selfplay_lam=1"]
     r = run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir),
                      *sum([["--set", s] for s in small], [])])
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -351,7 +351,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert last["iteration"] == 2 and last["selfplay_waves"] >= 1
     assert last["selfplay_games"] == 3 * last["selfplay_waves"]
     assert f"self-play: {last['selfplay_games']} games ({last['selfplay_waves']} waves)" in r.stdout
-    assert "; entropy bonus 0.01; the critic on 1 of 2 passes; the critic's hidden layers 8x4" in r.stdout
+    assert "; entropy bonus 0.01; GAE lambda 1; the critic on 1 of 2 passes; the critic's hidden layers 8x4" in r.stdout
     # CFR's agent, kept as it was when the self-play began: the same nets but the strategy net
     before, final = load_checkpoint(before_selfplay_checkpoint(run_dir)), load_checkpoint(run_dir)
     assert before["before_selfplay"] and before["iteration"] == final["iteration"] == 2
@@ -421,6 +421,8 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     (["train.selfplay_lr_hold_s=-5"], "train.selfplay_lr_hold_s"),
     (["train.selfplay_entropy=-0.01"], "train.selfplay_entropy"),
     (["train.selfplay_critic_epochs=3"], "train.selfplay_critic_epochs"),
+    (["train.selfplay_lam=1.5"], "train.selfplay_lam"),
+    (["train.selfplay_lam=nan"], "train.selfplay_lam"),
     (["network.critic_hidden=[]"], "network.critic_hidden"),
     (["network.critic_hidden=[64,0]"], "network.critic_hidden"),
 ])

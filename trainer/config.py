@@ -126,6 +126,8 @@ class TrainSection:
     """Of the selfplay_epochs passes over a wave, how many train the critic as well as the policy (0: every one). The first waves, which train only the critic, take every pass. 1 of 2 made a bfloat16 wave 1.40 s against 1.52 s, the means of four, on the 2-core AMD box (2026-12-07, cbd1a44: python -m benchmarks.lc_selfplay AGENT --speed-waves 5 --critic-epochs 1, and 0); with the critic 128x128 as well (network.critic_hidden) the hour played 1.1-1.3 times the waves and tied the recipe at seeds 11 and 12, so configs/lost_cities_cpu.yaml sets both (docs/studies/2026-12-07-lighter-critic.md)."""
     selfplay_entropy: float = 0.0
     """Weight of the policy's entropy in the self-play loss (agents.ppo.SelfPlaySettings.entropy; 0: none). The advantages are normalised to unit spread a wave, so 0.01 is a small pull towards trying other moves."""
+    selfplay_lam: float = 0.95
+    """GAE lambda of the self-play advantages and the critic's targets, along each player's own decisions (agents.ppo.SelfPlaySettings.lam): 1 takes each decision's final return less the critic's value, smaller values lean more on the critic's later values."""
     selfplay_autocast: str = "auto"
     """The self-play nets' forwards (playing, the critic's values and the PPO update): bf16 (bfloat16 matrix products, float32 weights and losses), none (float32), or auto: bf16 on a CPU that multiplies bfloat16 in hardware (AVX512-BF16 or AMX) with oneDNN not capped below it (ONEDNN_MAX_CPU_ISA), none elsewhere: on other CPUs bfloat16 is emulated and slower, and on a GPU the waves' small forwards are bound by their launches, so bf16 plays more waves in the same minutes on such a CPU and fewer on a GPU (docs/benchmarks.md, "Lost Cities training steps")."""
 
@@ -450,6 +452,7 @@ def _stage_checks(cfg):
         ("train.selfplay_epochs", cfg.train.selfplay_epochs >= 1),
         ("train.selfplay_critic_epochs", 0 <= cfg.train.selfplay_critic_epochs <= cfg.train.selfplay_epochs),
         ("train.selfplay_entropy", math.isfinite(cfg.train.selfplay_entropy) and cfg.train.selfplay_entropy >= 0),
+        ("train.selfplay_lam", 0 <= cfg.train.selfplay_lam <= 1),
         ("train.selfplay_autocast", cfg.train.selfplay_autocast in ("auto", "none", "bf16")),
     ]
 
