@@ -70,7 +70,6 @@ class SelfPlaySettings:
     grad_clip: float = 1.0
     autocast: str = "auto"       # the nets' forwards in bfloat16 ("bf16"), float32 ("none"), or "auto" (bf16_is_native)
     lr_hold_s: float = -1.0      # the lr holds this many seconds, then falls linearly to 0 at the budget's end (-1: holds)
-    skip_above: float = 1.0      # the policy's passes leave out decisions whose move play gave more than this (1: none)
 
     def check(self):
         bad = [name for name, ok in (
@@ -80,13 +79,9 @@ class SelfPlaySettings:
             ("lam", 0 <= self.lam <= 1), ("value_scale", self.value_scale > 0), ("entropy", self.entropy >= 0),
             ("target_kl", self.target_kl >= 0), ("critic_waves", self.critic_waves >= 0),
             ("grad_clip", self.grad_clip >= 0), ("autocast", self.autocast in AUTOCASTS),
-            ("lr_hold_s", self.lr_hold_s == -1 or 0 <= self.lr_hold_s < float("inf")),
-            ("skip_above", 0 < self.skip_above <= 1)) if not ok]
+            ("lr_hold_s", self.lr_hold_s == -1 or 0 <= self.lr_hold_s < float("inf"))) if not ok]
         if bad:
             raise ValueError(f"bad self-play settings: {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
-        if self.skip_above < 1 and self.entropy > 0:
-            raise ValueError(f"self-play skip_above={self.skip_above!r} needs entropy 0, not {self.entropy!r}: the "
-                             f"bonus pulls hardest on the confident decisions the policy's passes would leave out")
         return self
 
 
@@ -365,17 +360,7 @@ class SelfPlay:
         old = torch.from_numpy(wave["logp"]).to(dev)
         nadv = torch.from_numpy(norm.astype(np.float32)).to(dev)
         tgt = torch.from_numpy(target.astype(np.float32)).to(dev)
-        # skip_above < 1: the policy's passes leave out the decisions whose move play gave more than skip_above.
-        # A move played with probability p moves the logits by at most sqrt(2) (1 - p) times its advantage,
-        # so those rows carry almost none of the gradient, and once the policy is sharp they are most of a
-        # wave. The loss stays a sum over the rows kept divided by the whole minibatch's rows, the mean the
-        # full pass takes, and the KL and clipped figures count the rows left out as 0.
-        keep = None
-        if policy and s.skip_above < 1:
-            keep = torch.from_numpy(wave["logp"] <= np.float32(np.log(s.skip_above))).to(dev)
         stats = {"critic_mse": [], "kl": [], "clipped": [], "entropy": []}
-        if keep is not None:
-            stats["policy_rows"] = [float(keep.float().mean())]
         self.net.train()
         self.critic.train()
         stop = False
@@ -388,9 +373,10 @@ class SelfPlay:
                     tick()
                 j = perm[i:i + s.minibatch]
                 # index_select: 2.5 to 4 times as fast as info[j] on a CPU
-                x = info.index_select(0, j) if epoch < critic_epochs or keep is None else None
+                x = info.index_select(0, j)
+                x = x.float() if x.dtype == torch.uint8 else x
                 if epoch < critic_epochs:
-                    v = self.forward(critic, _rows(x))[:, 0]
+                    v = self.forward(critic, x)[:, 0]
                     closs = ((v - tgt.index_select(0, j)) ** 2).mean()
                     self.critic_opt.zero_grad(set_to_none=True)
                     closs.backward()
@@ -400,25 +386,12 @@ class SelfPlay:
                     stats["critic_mse"].append(float(closs.detach()))
                 if not policy:
                     continue
-                m = len(j)
-                if keep is not None:
-                    if i == 0:
-                        # the entropy figure on the first 512 rows of the epoch's first minibatch, all kept
-                        with torch.no_grad():
-                            first = j[:512]
-                            logp_first = torch.log_softmax(self.forward(net, _rows(info.index_select(0, first)))
-                                                           + bias.index_select(0, first), dim=1)
-                            stats["entropy"].append(float(entropy(logp_first)))
-                    j = j[keep.index_select(0, j)]
-                    if not len(j):
-                        continue
-                    x = info.index_select(0, j)
-                logp_all = torch.log_softmax(self.forward(net, _rows(x)) + bias.index_select(0, j), dim=1)
+                logp_all = torch.log_softmax(self.forward(net, x) + bias.index_select(0, j), dim=1)
                 logp = logp_all.gather(1, act.index_select(0, j)[:, None])[:, 0]
                 old_j = old.index_select(0, j)
                 ratio = torch.exp(logp - old_j)
                 a = nadv.index_select(0, j)
-                pg = -torch.minimum(ratio * a, torch.clamp(ratio, 1 - s.clip, 1 + s.clip) * a).sum() / m
+                pg = -torch.minimum(ratio * a, torch.clamp(ratio, 1 - s.clip, 1 + s.clip) * a).mean()
                 if s.entropy > 0:
                     ent = entropy(logp_all)
                     loss = pg - s.entropy * ent
@@ -434,11 +407,10 @@ class SelfPlay:
                     torch.nn.utils.clip_grad_norm_(self.net.parameters(), s.grad_clip)
                 self.opt.step()
                 with torch.no_grad():
-                    kl = float((old_j - logp).sum()) / m       # the usual sample estimate of KL(old || new)
-                    stats["clipped"].append(float(((ratio - 1).abs() > s.clip).float().sum()) / m)
+                    kl = float((old_j - logp).mean())       # the usual sample estimate of KL(old || new)
+                    stats["clipped"].append(float(((ratio - 1).abs() > s.clip).float().mean()))
                 stats["kl"].append(kl)
-                if keep is None:
-                    stats["entropy"].append(float(ent.detach()))
+                stats["entropy"].append(float(ent.detach()))
                 if s.target_kl > 0 and kl > s.target_kl:
                     stop = True
                     break
@@ -446,9 +418,3 @@ class SelfPlay:
                 break
         self.net.eval()
         return {k: float(np.mean(v)) for k, v in stats.items() if v}
-
-
-def _rows(x):
-    """A minibatch's info rows as the nets take them: uint8 rows (as they
-    travelled, when the update could not scale them once) cast to float32."""
-    return x.float() if x.dtype == torch.uint8 else x

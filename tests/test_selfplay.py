@@ -201,59 +201,6 @@ def test_a_pass_takes_one_adam_step_a_minibatch_of_the_wave(minibatch):
     assert steps(tuner.opt) == steps(tuner.critic_opt) == 2 * -(-n // minibatch)
 
 
-def test_skip_above_leaves_out_exactly_the_confident_decisions_and_nothing_else_changes(monkeypatch):
-    """A forced move (one legal) is played with probability 1 and moves no
-    weight: leaving such rows out of the policy's passes (skip_above 0.999,
-    which a near-uniform net leaves no other row above) must end where the
-    full passes end, with the same KL and clipped figures. At 0.5 rows that
-    do carry a gradient are left out, and the policy ends elsewhere. The
-    critic trains on every row either way. The policy's gradient norms are
-    read at each step (the clip sees them): the rows kept are summed over
-    the whole minibatch's count, so the norms match the full passes'."""
-    game = engine.load_game("lost_cities", **SMALL)
-    clip, norms = torch.nn.utils.clip_grad_norm_, []
-
-    def recording_clip(params, max_norm):
-        params = list(params)
-        total = clip(params, max_norm)
-        if params[0] is policy_weight[0]:
-            norms[-1].append(float(total))
-        return total
-
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording_clip)
-    policy_weight = []
-
-    def tune(skip_above):
-        net = tiny_net(game)
-        policy_weight[:] = [next(net.parameters())]
-        norms.append([])
-        settings = SelfPlaySettings(games=6, lr=1e-2, epochs=2, target_kl=0, minibatch=64, critic_waves=0,
-                                    autocast="none", skip_above=skip_above)
-        tuner = SelfPlay(game, net, settings, seed=9)
-        wave, returns, _ = local_wave(tuner, 6)
-        out = tuner.learn(wave, returns, lr=1e-2)
-        return wave, [p.detach().clone() for p in net.parameters()], [
-            p.detach().clone() for p in tuner.critic.parameters()], out
-
-    wave, full, full_critic, full_out = tune(1.0)
-    forced = wave["mask"].sum(1) == 1
-    assert forced.any() and (~forced).any()
-    assert np.all(wave["logp"][forced] == 0) and np.all(wave["logp"][~forced] < np.log(0.999))
-    _, same, same_critic, same_out = tune(0.999)
-    assert "policy_rows" not in full_out and same_out["policy_rows"] == pytest.approx((~forced).mean())
-    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(full, same))
-    assert same_out["kl"] == pytest.approx(full_out["kl"], rel=1e-4, abs=1e-7)
-    assert same_out["clipped"] == pytest.approx(full_out["clipped"], abs=1e-6)
-    assert same_out["entropy"] > 0
-    assert len(norms[0]) == len(norms[1]) > 2 and np.allclose(norms[0], norms[1], rtol=1e-4)
-    _, other, other_critic, other_out = tune(0.5)
-    assert other_out["policy_rows"] == pytest.approx(np.mean(wave["logp"] <= np.float32(np.log(0.5))))
-    assert other_out["policy_rows"] < same_out["policy_rows"]
-    assert not all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(full, other))
-    assert all(torch.equal(a, b) for a, b in zip(full_critic, same_critic))
-    assert all(torch.equal(a, b) for a, b in zip(full_critic, other_critic))
-
-
 def test_the_entropy_counts_legal_actions_only_and_keeps_its_gradient_finite():
     logits = torch.tensor([[1.0, 2.0, 0.5, -1.0], [0.0, 0.0, 0.0, 0.0]], requires_grad=True)
     mask = torch.tensor([[True, True, False, True], [False, True, False, False]])
@@ -379,16 +326,10 @@ def test_auto_is_float32_on_a_gpu_even_one_with_bfloat16(monkeypatch):
 
 @pytest.mark.parametrize("field,value", [("games", 0), ("lam", 1.5), ("clip", 0.0), ("lr", -1.0),
                                          ("autocast", "fp16"), ("lr_hold_s", -2.0), ("lr_hold_s", float("inf")),
-                                         ("critic_epochs", 3), ("critic_epochs", -1), ("skip_above", 0.0),
-                                         ("skip_above", 1.5)])
+                                         ("critic_epochs", 3), ("critic_epochs", -1)])
 def test_bad_settings_are_refused_by_name(field, value):
     with pytest.raises(ValueError, match=f"{field}="):
         SelfPlaySettings(**{field: value}).check()
-
-
-def test_skip_above_with_an_entropy_bonus_is_refused():
-    with pytest.raises(ValueError, match="skip_above=0.99 needs entropy 0, not 0.01"):
-        SelfPlaySettings(skip_above=0.99, entropy=0.01).check()
 
 
 def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_path, capsys, monkeypatch, request):
@@ -434,8 +375,7 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert not list(scratch.glob("lc_selfplay_*"))
     out = tmp_path / "tuned.pt"
     lc_selfplay.main([str(run_dir), "--out", str(out), "--waves", "2", "--games", "3", "--critic-waves", "1",
-                      "--lr", "0.01", "--critic-hidden", "6,5", "--eval-games", "2", "--jobs", "1",
-                      "--skip-above", "0.99"])
+                      "--lr", "0.01", "--critic-hidden", "6,5", "--eval-games", "2", "--jobs", "1"])
     src, tuned = load_checkpoint(run_dir), load_checkpoint(out)
     assert tuned["selfplay"]["selfplay_waves"] == 2 and tuned["selfplay"]["from"] == src["path"]
     assert tuned["selfplay"]["selfplay_games"] == 6
@@ -444,11 +384,10 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     assert all(torch.equal(src["nets"]["adv0"][k], v) for k, v in tuned["nets"]["adv0"].items())
     assert load_policy(str(out), kind="average-greedy").game.name == "lost_cities"
     assert build_critic(tuned) is not None and load_policy(str(out)).critic is not None
-    assert tuned["critic_spec"]["hidden"] == [6, 5] and tuned["selfplay"]["settings"]["skip_above"] == 0.99
+    assert tuned["critic_spec"]["hidden"] == [6, 5]
     assert not list(scratch.glob("lc_selfplay_*"))
     printed = capsys.readouterr().out
     assert '"selfplay_waves": 2' in printed and "agents.evaluate" in printed
-    assert "the policy's passes leave out decisions played with probability above 0.99" in printed
     # the speed comparison: float32 and bf16 waves from the same agent, side by side, nothing saved
     figures = lc_selfplay.main([str(run_dir), "--speed-waves", "1", "--games", "3", "--critic-waves", "1"])
     printed = capsys.readouterr().out
@@ -484,9 +423,6 @@ def test_a_run_ends_with_self_play_and_the_benchmark_tunes_a_saved_agent(tmp_pat
     (["train.selfplay_critic_epochs=3"], "train.selfplay_critic_epochs"),
     (["train.selfplay_lam=1.5"], "train.selfplay_lam"),
     (["train.selfplay_lam=nan"], "train.selfplay_lam"),
-    (["train.selfplay_skip_above=0"], "train.selfplay_skip_above"),
-    (["train.selfplay_skip_above=1.01"], "train.selfplay_skip_above"),
-    (["train.selfplay_skip_above=0.99", "train.selfplay_entropy=0.01"], "set one of them off"),
     (["network.critic_hidden=[]"], "network.critic_hidden"),
     (["network.critic_hidden=[64,0]"], "network.critic_hidden"),
 ])

@@ -128,8 +128,6 @@ class TrainSection:
     """Weight of the policy's entropy in the self-play loss (agents.ppo.SelfPlaySettings.entropy; 0: none). The advantages are normalised to unit spread a wave, so 0.01 is a small pull towards trying other moves."""
     selfplay_lam: float = 0.95
     """GAE lambda of the self-play advantages and the critic's targets, along each player's own decisions (agents.ppo.SelfPlaySettings.lam): 1 takes each decision's final return less the critic's value, smaller values lean more on the critic's later values. 1 lost to 0.95 by 3.7 points a game head to head in the hour's stage at seed 11, and 0.9 tied it (docs/studies/2026-12-07-gae-lambda.md)."""
-    selfplay_skip_above: float = 1.0
-    """The self-play policy's passes leave out the decisions whose move was played with a probability above this (1: none; agents.ppo.SelfPlaySettings.skip_above). Such a decision moves the logits by at most sqrt(2) (1 - p) times its advantage, so at 0.99 the rows left out carry under 1% of the gradient; once the policy is sharp they are most of a wave, and the update costs that much less. The critic still trains on every decision. Needs selfplay_entropy 0."""
     selfplay_autocast: str = "auto"
     """The self-play nets' forwards (playing, the critic's values and the PPO update): bf16 (bfloat16 matrix products, float32 weights and losses), none (float32), or auto: bf16 on a CPU that multiplies bfloat16 in hardware (AVX512-BF16 or AMX) with oneDNN not capped below it (ONEDNN_MAX_CPU_ISA), none elsewhere: on other CPUs bfloat16 is emulated and slower, and on a GPU the waves' small forwards are bound by their launches, so bf16 plays more waves in the same minutes on such a CPU and fewer on a GPU (docs/benchmarks.md, "Lost Cities training steps")."""
 
@@ -455,7 +453,6 @@ def _stage_checks(cfg):
         ("train.selfplay_critic_epochs", 0 <= cfg.train.selfplay_critic_epochs <= cfg.train.selfplay_epochs),
         ("train.selfplay_entropy", math.isfinite(cfg.train.selfplay_entropy) and cfg.train.selfplay_entropy >= 0),
         ("train.selfplay_lam", 0 <= cfg.train.selfplay_lam <= 1),
-        ("train.selfplay_skip_above", 0 < cfg.train.selfplay_skip_above <= 1),
         ("train.selfplay_autocast", cfg.train.selfplay_autocast in ("auto", "none", "bf16")),
     ]
 
@@ -523,10 +520,6 @@ def _check_prior_rules(cfg):
     if 0 < cfg.train.time_limit_s <= cfg.train.selfplay_budget_s:
         raise ConfigError(f"config train.selfplay_budget_s: {cfg.train.selfplay_budget_s:g} s of self-play leaves "
                           f"nothing of train.time_limit_s ({cfg.train.time_limit_s:g} s) for the warm start and CFR")
-    if cfg.train.selfplay_skip_above < 1 and cfg.train.selfplay_entropy > 0:
-        raise ConfigError(f"config train.selfplay_skip_above: {cfg.train.selfplay_skip_above:g} leaves the confident "
-                          f"decisions out of the policy's passes, where train.selfplay_entropy "
-                          f"({cfg.train.selfplay_entropy:g}) pulls hardest; set one of them off")
     if cfg.train.augment_colours and cfg.game.name != "lost_cities":
         raise ConfigError(f"config train.augment_colours: colour renaming is a lost_cities symmetry; "
                           f"{cfg.game.name} has none")

@@ -212,21 +212,13 @@ class SelfPlayStage:
                 **{f"selfplay_{k}": v for k, v in last.items() if k != "wave"}}
 
 
-def skip_note(settings):
-    """The stage's first line's note of skip_above, where it leaves rows out."""
-    if settings.skip_above >= 1:
-        return ""
-    return f"; the policy's passes leave out decisions played with probability above {settings.skip_above:g}"
-
-
 def wave_line(m, games, elapsed):
     """A wave's log line."""
     parts = [f"self-play wave {m['wave']}: {games} games in {elapsed:.0f} s",
              f"critic error on the new wave {m['critic_heldout_mse']:.4f} (its mean {m['mean_mse']:.4f}, "
              f"zero {m['zero_mse']:.4f})"]
     if "kl" in m:
-        parts.append(f"kl {m['kl']:.4f}, clipped {m['clipped']:.3f}, entropy {m['entropy']:.3f}, lr {m['lr']:.2g}"
-                     + (f", policy rows {m['policy_rows']:.0%}" if "policy_rows" in m else ""))
+        parts.append(f"kl {m['kl']:.4f}, clipped {m['clipped']:.3f}, entropy {m['entropy']:.3f}, lr {m['lr']:.2g}")
     else:
         parts.append("critic only")
     parts.append(f"wave {m['wave_s']:.1f} s (played in {m['play_s']:.1f} s, waited {m['wait_s']:.1f} s for it), "
@@ -284,7 +276,7 @@ def run_in_trainer(trainer, t, server, sup, job_config):
     settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs,
                                 autocast=tr.selfplay_autocast, lr_hold_s=tr.selfplay_lr_hold_s,
                                 entropy=tr.selfplay_entropy, lam=tr.selfplay_lam,
-                                critic_epochs=tr.selfplay_critic_epochs, skip_above=tr.selfplay_skip_above,
+                                critic_epochs=tr.selfplay_critic_epochs,
                                 critic_hidden=tuple(trainer.cfg.network.critic_hidden))
     tuner = SelfPlay(trainer.game, trainer.nets["strategy"], settings, seed=trainer.cfg.run.seed,
                      device=trainer.device)
@@ -297,7 +289,6 @@ def run_in_trainer(trainer, t, server, sup, job_config):
         f"{tr.selfplay_autocast}); the update on {threads[0]} torch thread(s) while the workers play, "
         f"{threads[1]} once the wave is in" + (f"; entropy bonus {settings.entropy:g}" if settings.entropy else "")
         + (f"; GAE lambda {settings.lam:g}" if settings.lam != SelfPlaySettings.lam else "")
-        + skip_note(settings)
         + (f"; the critic on {settings.critic_epochs} of {settings.epochs} passes" if settings.critic_epochs else "")
         + f"; the critic's hidden layers {'x'.join(map(str, settings.critic_hidden))}")
     stage = SelfPlayStage(tuner, server, sup, job_config, trainer.cfg.run.seed,
@@ -343,7 +334,7 @@ def tune_on_service(trainer, settings, budget_s=None, waves=None, seed=0):
                               log=trainer.log, threads=threads, max_wait_us=cfg.service.selfplay_max_wait_us)
         trainer.log(f"self-play on {workers} worker(s) and the batcher at {sup.services.batcher_endpoint}; "
                     f"the update and the batcher's forwards in {tuner.precision()}; the update on {threads[0]} "
-                    f"torch thread(s) while the workers play, {threads[1]} once the wave is in{skip_note(settings)}")
+                    f"torch thread(s) while the workers play, {threads[1]} once the wave is in")
         with _Threads(threads[1]):
             return stage.run(budget_s=budget_s, waves=waves)
     finally:
