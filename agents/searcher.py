@@ -499,7 +499,9 @@ def make_search_player(spec, game=None):
     """A SearchPlayer from "SOURCE[,key=value...]": SOURCE is a run directory
     or checkpoint (the blueprint; unset settings from BLUEPRINT_DEFAULTS)
     or "heuristic" / "random" (no net: those playouts, DEFAULT_WORLDS worlds).
-    The player's game is the run's, or `game`, or the capped classic game."""
+    The player's game is `game` (a run's must have the same rules: its
+    batched playouts hold the states it is given), or the run's, or the
+    capped classic game."""
     import engine
     source, _, rest = spec.partition(",")
     kwargs = parse_search_spec(rest)
@@ -510,4 +512,9 @@ def make_search_player(spec, game=None):
         return SearchPlayer(game, **kwargs)
     from agents.policy import load_policy
     blueprint = load_policy(source, kind=kind, seed=kwargs.get("seed", 0))
-    return SearchPlayer(blueprint.game, blueprint=blueprint, **with_blueprint_defaults(kwargs))
+    if game is None:
+        game = blueprint.game
+    elif (game.name, dict(game.params)) != (blueprint.game.name, dict(blueprint.game.params)):
+        raise ValueError(f"{source} plays {blueprint.game.name} {dict(blueprint.game.params)}, not "
+                         f"{game.name} {dict(game.params)}")
+    return SearchPlayer(game, blueprint=blueprint, **with_blueprint_defaults(kwargs))

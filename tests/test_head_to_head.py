@@ -154,6 +154,11 @@ def test_sides_load_with_their_read_out_and_the_search(tmp_path):
     assert s.blueprint.name == "current" and s.topk == 4
     r = head_to_head(game, load_policy(path, "average-greedy"), load_side("search:worlds=2", game), 4, seed=1)
     assert r["games"] == 4 and r["wins"] + r["ties"] + r["losses"] == 4
+    # a blueprint search plays in the match's game (its batched playouts hold the match's states)
+    s = load_side(f"search:{tmp_path / 'a'},worlds=2,playout=blueprint,depth=1", game)
+    assert s.game is game
+    r = head_to_head(game, load_policy(path, "average-greedy"), s, 2, seed=1)
+    assert r["games"] == 2 and r["wins"] + r["ties"] + r["losses"] == 2
     other = engine.load_game("lost_cities", colours=4, ranks=5, hand_size=4)
     with pytest.raises(ValueError, match="plays lost_cities"):
         load_side(f"run:{path}", other)
