@@ -34,11 +34,6 @@ At each decision the player
      move unless the search dropped it as worse (it left the race, or was
      halved away): the search as a check on the blueprint, which moves
      only where the worlds show it a better move.
-With a `belief` (agents.belief: a net that reads what the player sees
-and gives, per kind of unseen card, the odds that the opponent holds
-it), step 1 deals the opponent's unseen cards by those odds
-(engine._lc_search.resample_weighted) instead of uniformly; the race
-redeals uniformly.
 Diagnostics only: `oracle` lets the search see cards no player can see,
 to measure what the hidden information is worth (benchmarks.lc_ceiling):
 "hand" shows it the opponent's hand (its worlds shuffle only the deck
@@ -89,7 +84,7 @@ import time
 import numpy as np
 
 from engine._batch import StateBatch
-from engine._lc_search import race_values, resample_weighted, search_values, state_hidden_counts
+from engine._lc_search import race_values, search_values, shuffle_decks
 
 PLAYOUTS = ("heuristic", "random", "blueprint", "mixed", "critic")
 SCHEDULES = ("race", "halving", "plain")
@@ -115,7 +110,7 @@ class SearchPlayer:
 
     def __init__(self, game, blueprint=None, worlds=DEFAULT_WORLDS, topk=0, playout="heuristic", depth=4,
                  time_limit_s=None, chunk=16, halving=True, opponent=None, seed=0, schedule=None,
-                 z=3.0, eps=0.1, prefer=False, oracle=None, floor=0.0, bf16=False, belief=None):
+                 z=3.0, eps=0.1, prefer=False, oracle=None, floor=0.0, bf16=False):
         if game.name != "lost_cities":
             raise ValueError(f"the search player plays lost_cities, not {game.name}")
         if worlds < 1 or chunk < 1:
@@ -147,19 +142,9 @@ class SearchPlayer:
             raise ValueError("the race schedule plays heuristic playouts without an opponent model")
         if z <= 0 or eps < 0:
             raise ValueError(f"z must be > 0 and eps >= 0, got {z} and {eps}")
-        if belief is not None and schedule == "race":
-            raise ValueError("belief weights the redeal of the halving and plain schedules; the race "
-                             "(heuristic playouts) redeals uniformly")
-        if isinstance(belief, str):
-            from agents.belief import load_belief
-            belief = load_belief(belief)
-        self.belief = belief
         self.oracle = oracle
         self.sees_hand, self.sees_all_at = parse_oracle(oracle)
-        if oracle is not None and belief is not None:
-            raise ValueError("an oracle sees the cards a belief guesses: give one or the other")
-        self.weights = None               # a decision's odds per card kind for the redeal, or None (uniform)
-        self.redeal = True                # False: the worlds are the true deal (an oracle's endgame)
+        self.redeal = "all"               # a decision's redeal: "all" it cannot see, "deck" order, or "none"
         self.game = game
         if bf16 and blueprint is None:
             raise ValueError("bf16 runs the blueprint's nets in bfloat16: it needs a blueprint (a trained run)")
@@ -211,8 +196,6 @@ class SearchPlayer:
             parts.append(f"oracle={self.oracle}")
         if self.bf16:
             parts.append("bf16")
-        if self.belief is not None:
-            parts.append(f"belief={getattr(self.belief, 'name', self.belief)}")
         return "search(" + ",".join(parts) + ")"
 
     def candidates(self, state):
@@ -245,9 +228,7 @@ class SearchPlayer:
         c0 = time.process_time()
         me = state.current_player()
         self.rng = self.decision_rng(state)
-        self.redeal = state.deck_size() > self.sees_all_at
-        self.weights = oracle_odds(state, me) if self.sees_hand else \
-            None if self.belief is None else self.belief.odds(state, me)
+        self.redeal = "none" if state.deck_size() <= self.sees_all_at else "deck" if self.sees_hand else "all"
         cands = self.candidates(state)
         A = len(cands)
         if A == 1 and self.floor:       # the floor left the blueprint's move alone: nothing to weigh
@@ -341,15 +322,13 @@ class SearchPlayer:
         A = len(cands)
         n = K * A
         seed = int(self.rng.integers(1 << 62))
-        if self.playout == "heuristic" and self.opponent is None and self.redeal and self.weights is None:
+        if self.playout == "heuristic" and self.opponent is None and self.redeal == "all":
             return search_values(state, me, seed, cands, 0, K)     # the same values, one nogil C loop
         b.fill(state, 0, K)
-        if not self.redeal:
-            pass
-        elif self.weights is None:
+        if self.redeal == "all":
             b.resample(me, seed, 0, K)
-        else:
-            resample_weighted(b, me, seed, self.weights, 0, K)
+        elif self.redeal == "deck":                 # oracle=hand: the true hands, the deck order redealt
+            shuffle_decks(b, seed, 0, K)
         if A > 1:
             b.copy_rows(np.tile(np.arange(K), A - 1), np.arange(K, n))
         b.apply(np.arange(n), np.repeat(np.asarray(cands, np.int32), K))
@@ -475,16 +454,6 @@ class SearchPlayer:
         return 1000.0 * (self.cpu_seconds if cpu else self.seconds) / max(self.decisions, 1)
 
 
-def oracle_odds(state, me):
-    """float64 [num_kinds]: odds for resample_weighted that deal the
-    opponent of `me` its true hand (diagnostic, oracle=hand): 0 for a kind
-    it does not hold, 1e12 where it holds every unseen card of the kind,
-    and the true share's odds between (wagers)."""
-    pool, opp = state_hidden_counts(state, me)
-    frac = np.where(pool > 0, opp / np.maximum(pool, 1), 0.0)
-    return np.where(frac >= 1.0, 1e12, frac / np.maximum(1.0 - frac, 1e-12))
-
-
 def parse_oracle(text):
     """SearchPlayer's `oracle` -> (sees the opponent's hand, sees the whole
     deal once the deck holds at most this many cards; -1: never)."""
@@ -510,7 +479,7 @@ def parse_search_spec(text):
     -> keyword arguments (time in milliseconds). Unknown keys raise ValueError."""
     kinds = {"worlds": int, "topk": int, "depth": int, "chunk": int, "time": float, "seed": int,
              "halving": int, "playout": str, "policy": str, "schedule": str, "z": float, "eps": float,
-             "prefer": int, "floor": float, "bf16": int, "belief": str}
+             "prefer": int, "floor": float, "bf16": int}
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = part.partition("=")

@@ -26,10 +26,10 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 import numpy as np
 
-from engine._types cimport int8_t, int16_t, int64_t, uint8_t, uint64_t
-from engine._rng cimport rng_seed, rng_below, rng_double
+from engine._types cimport int8_t, int16_t, uint8_t, uint64_t
+from engine._rng cimport rng_seed, rng_below
 from engine._game cimport Game, State
-from engine._lost_cities cimport (LCConfig, LCState, LCUndo, LC_PLAY, LC_DRAW, LC_MAX_COLOURS, LC_MAX_CARDS,
+from engine._lost_cities cimport (LCConfig, LCState, LCUndo, LC_PLAY, LC_DRAW, LC_MAX_COLOURS,
                                   lc_apply, lc_score, lc_resample, lc_legal_actions,
                                   lc_heuristic_action)
 
@@ -77,59 +77,6 @@ cdef void lc_search_worlds(const LCConfig* cfg, const LCState* root, int me, uin
             lc_apply(cfg, &s, cands[j], &u)
             lc_heuristic_playout(cfg, &s, limit)
             out[j * n_worlds + w] = lc_score(cfg, &s, me) - lc_score(cfg, &s, 1 - me)
-
-
-cdef void lc_resample_weighted(const LCConfig* cfg, LCState* s, int player, uint64_t* rng,
-                               const double* w) noexcept nogil:
-    """lc_resample with a belief about the opponent's hand: the cards
-    `player` cannot see are pooled as lc_resample pools them, the
-    opponent's unseen cards are drawn from the pool one at a time, each
-    remaining card with probability proportional to w[its kind] (successive
-    sampling; a pool left with no weight is drawn from uniformly), and the
-    rest are shuffled into the deck. Equal weights give lc_resample's
-    distribution (not its random stream)."""
-    cdef int o = 1 - player, k, i, j, n = 0, n_opp, x
-    cdef uint8_t t
-    cdef double total, u
-    cdef uint8_t pool[LC_MAX_CARDS]
-    for k in range(cfg.num_kinds):
-        for i in range(s.hand[o][k] - s.known[o][k]):
-            pool[n] = <uint8_t>k
-            n += 1
-        s.hand[o][k] = s.known[o][k]
-    n_opp = n
-    for i in range(s.deck_len):
-        pool[n] = s.deck[i]
-        n += 1
-    for i in range(n_opp):
-        total = 0.0
-        for j in range(i, n):
-            total += w[pool[j]]
-        if total > 0.0:
-            u = rng_double(rng) * total
-            x = n - 1
-            for j in range(i, n):
-                u -= w[pool[j]]
-                if u < 0.0:
-                    x = j
-                    break
-            while w[pool[x]] <= 0.0:        # rounding at the end: the last card with weight
-                x -= 1
-        else:
-            x = i + <int>rng_below(rng, n - i)
-        t = pool[i]; pool[i] = pool[x]; pool[x] = t
-    for i in range(n - 1, n_opp, -1):
-        j = n_opp + <int>rng_below(rng, i - n_opp + 1)
-        t = pool[i]; pool[i] = pool[j]; pool[j] = t
-    for i in range(n_opp):
-        s.hand[o][pool[i]] += 1
-    for i in range(s.deck_len):
-        s.deck[i] = pool[n_opp + i]
-    for i in range(2):
-        s.hand_mask[o][i] = 0
-    for k in range(cfg.num_kinds):
-        if s.hand[o][k] > 0:
-            s.hand_mask[o][k >> 6] |= (<uint64_t>1) << (k & 63)
 
 
 cdef double _now() noexcept nogil:
@@ -333,97 +280,32 @@ def heuristic_playouts(State state, int n):
     return d
 
 
-def resample_weighted(batch, int player, seed, weights, int start=0, int stop=-1):
-    """Redeal what `player` cannot see in rows [start, stop) of a Lost
-    Cities StateBatch (stop -1: its capacity), row i from the stream
-    rng_seed(seed, 0x4E5A, i) as StateBatch.resample draws it, the
-    opponent's unseen cards drawn with odds weights[kind] per card
-    (lc_resample_weighted): float64 [num_kinds] for every row, or
-    [stop - start, num_kinds], one row each; >= 0 and finite."""
+def shuffle_decks(batch, seed, int start=0, int stop=-1):
+    """Shuffle only the deck order in rows [start, stop) of a Lost Cities
+    StateBatch (stop -1: its capacity), row i from the stream
+    rng_seed(seed, 0x4E5A, i); the hands stay as they are. The worlds of a
+    search that sees the opponent's hand (oracle=hand, a diagnostic), as
+    lc_world's hidden=1 deals them for the race."""
     cdef Game game = batch.game
     _lc_cfg(game)
-    cdef const LCConfig* cfg = <const LCConfig*>game.gd.cfg
-    if player not in (0, 1):
-        raise ValueError(f"player must be 0 or 1, got {player!r}")
+    if batch.buffer.shape[1] != sizeof(LCState):
+        raise ValueError("the batch's rows are not Lost Cities states")
     if stop < 0:
         stop = batch.capacity
     if not 0 <= start <= stop <= batch.capacity:
         raise ValueError(f"rows [{start}, {stop}) are not in a batch of {batch.capacity}")
-    n = stop - start
-    w = np.ascontiguousarray(weights, dtype=np.float64)
-    if w.ndim == 1:
-        w = np.ascontiguousarray(np.broadcast_to(w, (n, w.shape[0])))
-    if w.shape != (n, cfg.num_kinds):
-        raise ValueError(f"weights must be [{cfg.num_kinds}] or [{n}, {cfg.num_kinds}] (a weight per card "
-                         f"kind), got shape {tuple(np.shape(weights))}")
-    if not np.isfinite(w).all() or (w < 0).any():
-        raise ValueError("weights must be finite and >= 0")
-    if n == 0:
+    if stop == start:
         return
-    if batch.buffer.shape[1] != sizeof(LCState):
-        raise ValueError("the batch's rows are not Lost Cities states")
     cdef uint8_t[:, ::1] rows = batch.buffer
-    cdef double[:, ::1] wv = w
     cdef uint64_t base = <uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF)
     cdef uint64_t rng
-    cdef int i
+    cdef LCState* s
+    cdef int i, k, j
+    cdef uint8_t t
     with nogil:
         for i in range(start, stop):
             rng = rng_seed(base, 0x4E5A, <uint64_t>i)
-            lc_resample_weighted(cfg, <LCState*>&rows[i, 0], player, &rng, &wv[i - start, 0])
-
-
-cdef void _hidden_counts(const LCConfig* cfg, const LCState* s, int player, uint8_t* pool,
-                         uint8_t* opp) noexcept nogil:
-    cdef int o = 1 - player, k, i
-    for k in range(cfg.num_kinds):
-        opp[k] = s.hand[o][k] - s.known[o][k]
-        pool[k] = opp[k]
-    for i in range(s.deck_len):
-        pool[s.deck[i]] += 1
-
-
-def hidden_counts(batch, rows, players):
-    """(pool, opp), uint8 [len(rows), num_kinds] each, for batch row rows[i]
-    seen by players[i]: the cards of each kind that player cannot see (the
-    opponent's unseen cards and the deck), and how many of them the
-    opponent holds. pool depends only on what the player sees; opp / pool
-    is what a belief about the opponent's hand predicts."""
-    cdef Game game = batch.game
-    _lc_cfg(game)
-    cdef const LCConfig* cfg = <const LCConfig*>game.gd.cfg
-    if batch.buffer.shape[1] != sizeof(LCState):
-        raise ValueError("the batch's rows are not Lost Cities states")
-    r = np.ascontiguousarray(rows, dtype=np.int64)
-    p = np.ascontiguousarray(np.broadcast_to(players, r.shape), dtype=np.int8)
-    if r.ndim != 1 or ((r < 0) | (r >= batch.capacity)).any() or ((p != 0) & (p != 1)).any():
-        raise ValueError("rows must be rows of the batch and players 0 or 1")
-    pool = np.zeros((len(r), cfg.num_kinds), np.uint8)
-    opp = np.zeros((len(r), cfg.num_kinds), np.uint8)
-    if len(r) == 0:
-        return pool, opp
-    cdef uint8_t[:, ::1] data = batch.buffer
-    cdef int64_t[::1] rv = r
-    cdef int8_t[::1] pv = p
-    cdef uint8_t[:, ::1] poolv = pool
-    cdef uint8_t[:, ::1] oppv = opp
-    cdef Py_ssize_t i
-    with nogil:
-        for i in range(rv.shape[0]):
-            _hidden_counts(cfg, <const LCState*>&data[rv[i], 0], pv[i], &poolv[i, 0], &oppv[i, 0])
-    return pool, opp
-
-
-def state_hidden_counts(State state, int player):
-    """hidden_counts for one State: (pool, opp), uint8 [num_kinds] each."""
-    cdef Game game = state.game
-    _lc_cfg(game)
-    cdef const LCConfig* cfg = <const LCConfig*>game.gd.cfg
-    if player not in (0, 1):
-        raise ValueError(f"player must be 0 or 1, got {player!r}")
-    pool = np.zeros(cfg.num_kinds, np.uint8)
-    opp = np.zeros(cfg.num_kinds, np.uint8)
-    cdef uint8_t[::1] poolv = pool
-    cdef uint8_t[::1] oppv = opp
-    _hidden_counts(cfg, <const LCState*>state.data, player, &poolv[0], &oppv[0])
-    return pool, opp
+            s = <LCState*>&rows[i, 0]
+            for k in range(s.deck_len - 1, 0, -1):
+                j = rng_below(&rng, k + 1)
+                t = s.deck[k]; s.deck[k] = s.deck[j]; s.deck[j] = t

@@ -488,3 +488,53 @@ def test_bf16_searches_with_a_cast_copy_of_the_blueprint_and_its_critic():
     assert parse_search_spec("bf16=1,worlds=8") == {"bf16": True, "worlds": 8}
     with pytest.raises(ValueError, match="bf16 runs the blueprint's nets"):
         SearchPlayer(game, bf16=True)
+
+
+def test_the_oracle_of_a_batched_search_plays_the_true_hands(monkeypatch):
+    """oracle=hand in the halving schedule: every world the search plays
+    holds both true hands and a reshuffled deck; endgame:D plays the true
+    deal once the deck is that short; without an oracle the opponent's
+    hand is redealt."""
+    import agents.searcher as searcher
+    from engine._lc_search import shuffle_decks
+    game = engine.load_game("lost_cities", max_turns=200)
+    state = game.new_initial_state(seed=5)
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        state.apply_action(int(rng.choice(state.legal_actions())))
+    me = state.current_player()
+    K = 50
+    hands = [np.asarray(state.information_state_tensor(p))[5:5 + K] for p in (0, 1)]
+    dealt = []
+
+    def spy(batch, seed, start, stop):
+        shuffle_decks(batch, seed, start, stop)
+        rows = [batch.state(i) for i in range(start, stop)]
+        dealt.extend(rows)
+
+    monkeypatch.setattr(searcher, "shuffle_decks", spy)
+    SearchPlayer(game, worlds=16, playout="random", schedule="halving", oracle="hand").search(state)
+    assert len(dealt) >= 16
+    for world in dealt:
+        for p in (0, 1):
+            assert np.array_equal(np.asarray(world.information_state_tensor(p))[5:5 + K], hands[p])
+    assert len({tuple(w.legal_actions()) for w in dealt}) == 1 and dealt[0].deck_size() == state.deck_size()
+    # the deck is reshuffled: the next draws differ between worlds
+    draws = set()
+    for w in dealt:
+        w.apply_action(w.legal_actions()[0])
+        if not w.is_terminal() and w.current_player() == me:
+            w.apply_action(2 * K)               # draw from the deck
+        draws.add(tuple(np.asarray(w.information_state_tensor(me))[5:5 + K]))
+    assert len(draws) > 1
+    dealt.clear()
+    late = SearchPlayer(game, worlds=16, playout="random", schedule="halving", oracle=f"endgame:{state.deck_size()}")
+    late.search(state)
+    assert late.redeal == "none" and not dealt
+    plain = SearchPlayer(game, worlds=16, playout="random", schedule="halving")
+    plain.search(state)
+    assert plain.redeal == "all" and not dealt
+    with pytest.raises(ValueError, match="not in a batch"):
+        shuffle_decks(StateBatch(game, 2), 1, 1, 3)
+    with pytest.raises(ValueError, match="plays lost_cities"):
+        shuffle_decks(StateBatch(engine.load_game("kuhn_poker"), 1), 1)
