@@ -479,7 +479,7 @@ def parse_search_spec(text):
     -> keyword arguments (time in milliseconds). Unknown keys raise ValueError."""
     kinds = {"worlds": int, "topk": int, "depth": int, "chunk": int, "time": float, "seed": int,
              "halving": int, "playout": str, "policy": str, "schedule": str, "z": float, "eps": float,
-             "prefer": int, "floor": float, "bf16": int}
+             "prefer": int, "floor": float, "bf16": int, "oracle": str}
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = part.partition("=")

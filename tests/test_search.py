@@ -513,7 +513,10 @@ def test_the_oracle_of_a_batched_search_plays_the_true_hands(monkeypatch):
         dealt.extend(rows)
 
     monkeypatch.setattr(searcher, "shuffle_decks", spy)
-    SearchPlayer(game, worlds=16, playout="random", schedule="halving", oracle="hand").search(state)
+    from agents.searcher import parse_search_spec
+    spec = parse_search_spec("worlds=16,playout=random,schedule=halving,oracle=hand")
+    assert spec["oracle"] == "hand"
+    SearchPlayer(game, **spec).search(state)
     assert len(dealt) >= 16
     for world in dealt:
         for p in (0, 1):
