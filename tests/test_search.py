@@ -354,7 +354,7 @@ def test_oracle_search_player():
     for bad in ("deck", "endgame", "endgame:x", "hand+hand", "all+endgame:3"):
         with pytest.raises(ValueError, match="bad oracle"):
             SearchPlayer(game, worlds=8, oracle=bad)
-    # the halving schedule sees them too (tests/test_belief.py checks its worlds)
+    # the halving schedule sees them too (its worlds: test_the_oracle_of_a_batched_search_plays_the_true_hands)
     assert SearchPlayer(game, worlds=8, oracle="hand", schedule="halving").sees_hand
 
 
