@@ -42,6 +42,15 @@ cdef inline void lc_heuristic_playout(const LCConfig* cfg, LCState* s, int limit
         steps += 1
 
 
+cdef inline void lc_shuffle_deck(LCState* s, uint64_t* rng) noexcept nogil:
+    """A Fisher-Yates shuffle of the deck order; the hands stay."""
+    cdef int i, j
+    cdef uint8_t t
+    for i in range(s.deck_len - 1, 0, -1):
+        j = rng_below(rng, i + 1)
+        t = s.deck[i]; s.deck[i] = s.deck[j]; s.deck[j] = t
+
+
 cdef inline void lc_world(const LCConfig* cfg, const LCState* root, int me, uint64_t seed, uint64_t w,
                           int hidden, LCState* world) noexcept nogil:
     """World `w` of a search seeded `seed`: `root` copied into `world` and
@@ -49,16 +58,12 @@ cdef inline void lc_world(const LCConfig* cfg, const LCState* root, int me, uint
     redeals all `me` cannot see (lc_resample), 1 only the deck order (a
     Fisher-Yates shuffle of the deck; the opponent keeps its true hand), 2
     nothing."""
-    cdef int i, j
-    cdef uint8_t t
     cdef uint64_t rng = rng_seed(seed, 0x4E5A, w)
     memcpy(world, root, sizeof(LCState))
     if hidden == 0:
         lc_resample(cfg, world, me, &rng)
     elif hidden == 1:
-        for i in range(world.deck_len - 1, 0, -1):
-            j = rng_below(&rng, i + 1)
-            t = world.deck[i]; world.deck[i] = world.deck[j]; world.deck[j] = t
+        lc_shuffle_deck(world, &rng)
 
 
 cdef void lc_search_worlds(const LCConfig* cfg, const LCState* root, int me, uint64_t seed,
@@ -294,18 +299,11 @@ def shuffle_decks(batch, seed, int start=0, int stop=-1):
         stop = batch.capacity
     if not 0 <= start <= stop <= batch.capacity:
         raise ValueError(f"rows [{start}, {stop}) are not in a batch of {batch.capacity}")
-    if stop == start:
-        return
     cdef uint8_t[:, ::1] rows = batch.buffer
     cdef uint64_t base = <uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF)
     cdef uint64_t rng
-    cdef LCState* s
-    cdef int i, k, j
-    cdef uint8_t t
+    cdef int i
     with nogil:
         for i in range(start, stop):
             rng = rng_seed(base, 0x4E5A, <uint64_t>i)
-            s = <LCState*>&rows[i, 0]
-            for k in range(s.deck_len - 1, 0, -1):
-                j = rng_below(&rng, k + 1)
-                t = s.deck[k]; s.deck[k] = s.deck[j]; s.deck[j] = t
+            lc_shuffle_deck(<LCState*>&rows[i, 0], &rng)

@@ -513,7 +513,6 @@ def test_the_oracle_of_a_batched_search_plays_the_true_hands(monkeypatch):
         dealt.extend(rows)
 
     monkeypatch.setattr(searcher, "shuffle_decks", spy)
-    from agents.searcher import parse_search_spec
     spec = parse_search_spec("worlds=16,playout=random,schedule=halving,oracle=hand")
     assert spec["oracle"] == "hand"
     SearchPlayer(game, **spec).search(state)
