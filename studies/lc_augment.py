@@ -1,7 +1,7 @@
 """What colour renaming costs a training step. `python -m studies.lc_augment`
 
 train.augment_colours renames every minibatch row's colours
-(trainer.symmetry.ColourAugment) before the step: in numpy when training on
+(agents.symmetry.ColourAugment) before the step: in numpy when training on
 the CPU, as tensors on the training device otherwise (trainer.learn.
 train_net picks). This times the renaming of one batch alone both ways (the
 tensors on --device), then strategy-net training steps on --device (one
@@ -22,7 +22,7 @@ import engine
 from batcher.networks import net_for_game
 from studies.lc_imitation import _Rows
 from trainer.learn import strategy_loss, train_net
-from trainer.symmetry import ColourAugment
+from agents.symmetry import ColourAugment
 from trainer.warmstart import heuristic_rows
 
 

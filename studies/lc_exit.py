@@ -84,7 +84,7 @@ def train_one(share, teacher, rounds, cfg, prior, steps, seed, lr_decay=False):
     """A fresh strategy net of the prior's shape, trained as the trainer's
     pretraining trains it, on the mix `share`: (net, final loss)."""
     import engine
-    from trainer.symmetry import ColourAugment
+    from agents.symmetry import ColourAugment
     game = engine.load_game(cfg.game.name, **cfg.game.params)
     torch.manual_seed(seed)
     net = build_mlp(prior["net_spec"])

@@ -30,7 +30,7 @@ from batcher.networks import net_for_game
 from agents.matches import duplicate_match
 from trainer.learn import strategy_loss, train_net
 from agents.policy import AveragePolicy, policy_probs
-from trainer.symmetry import ColourAugment
+from agents.symmetry import ColourAugment
 from trainer.warmstart import heuristic_rows
 
 
@@ -104,7 +104,7 @@ def main(argv=None):
                     help="cosine decay of the learning rate to 0 over the steps (the trainer's strategy_lr_decay)")
     ap.add_argument("--weight-decay", type=float, default=0.0, help="AdamW's decoupled weight decay (0: Adam)")
     ap.add_argument("--augment-colours", action="store_true",
-                    help="rename each training row's colours by a random permutation (trainer/symmetry.py)")
+                    help="rename each training row's colours by a random permutation (agents/symmetry.py)")
     ap.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     ap.add_argument("--match-games", type=int, default=1000)
     ap.add_argument("--features", type=int, nargs="+", default=[0, 1], choices=[0, 1])

@@ -44,7 +44,7 @@ def measure(games=300, worlds=64, explore=0.1, seed=1, steps=(2000,), hidden=((2
 
     import engine
     from batcher.networks import MLP
-    from trainer.symmetry import ColourAugment
+    from agents.symmetry import ColourAugment
     from trainer.value import train_value
     from trainer.warmstart import heuristic_rows
     torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""trainer.symmetry: renaming Lost Cities' colours in an encoded row is the
+"""agents.symmetry: renaming Lost Cities' colours in an encoded row is the
 same as encoding the renamed position (checked against the engine)."""
 import itertools
 
@@ -8,7 +8,7 @@ import torch
 
 import engine
 from engine._lost_cities import LostCitiesState
-from trainer.symmetry import ColourAugment, action_map, colour_maps
+from agents.symmetry import ColourAugment, action_map, colour_maps
 
 LETTERS = "YBWGRP"
 

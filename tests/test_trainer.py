@@ -275,7 +275,7 @@ def test_train_net_learns_from_augmented_batches():
     import engine
     from batcher.networks import net_for_game
     from trainer.learn import strategy_loss, train_net
-    from trainer.symmetry import ColourAugment, action_map, colour_maps
+    from agents.symmetry import ColourAugment, action_map, colour_maps
     game = engine.load_game("lost_cities", colours=3, ranks=5, hand_size=4, features=1)
     state = game.new_initial_state(seed=5)
     info = np.asarray(state.information_state_tensor(0), np.uint8)[None]

@@ -248,7 +248,7 @@ def test_split_by_game_holds_out_whole_games_deterministically():
 
 def test_colour_augmentation_renames_the_info_rows_but_not_the_value_target():
     import engine
-    from trainer.symmetry import ColourAugment
+    from agents.symmetry import ColourAugment
     from trainer.value import info_only
     game = engine.load_game("lost_cities", **SMALL)
     augment = ColourAugment(game)

@@ -45,7 +45,7 @@ def train_net(net, memory, steps, batch_size, optimizer, device, rng, loss_fn, g
     of the last tenth of the steps (or None if the memory is empty). With
     cosine_decay the learning rate falls from its set value to 0 over the
     steps (and is restored afterwards). `augment(batch, rng)`, if given,
-    transforms each minibatch before the step (trainer.symmetry.ColourAugment):
+    transforms each minibatch before the step (agents.symmetry.ColourAugment):
     a dict of numpy arrays when training on the CPU, of tensors already on
     `device` otherwise. deadline: a time.monotonic() at which the steps
     stop early (the cosine schedule still spans `steps`). stats: a dict that

@@ -73,7 +73,7 @@ class Trainer:
             self.value_optimizer = _adam(self.value_net, cfg.train.lr)
         self.augment = None
         if cfg.train.augment_colours:
-            from trainer.symmetry import ColourAugment
+            from agents.symmetry import ColourAugment
             self.augment = ColourAugment(self.game)
         memory = MergingMemory if cfg.train.merge_duplicates else ReservoirMemory
         self.adv_mem = [memory(cfg.train.adv_memory, T, A, seed=memory_seed(seed, p)) for p in (0, 1)]

@@ -101,7 +101,7 @@ def value_loss(net, info, target, mask, weight):
 
 def info_only(augment):
     """An augmentation that renames the info rows by `augment` (e.g.
-    trainer.symmetry.ColourAugment) and leaves every other column, the
+    agents.symmetry.ColourAugment) and leaves every other column, the
     [n, 1] value target and its mask among them, as it is."""
     def rename(batch, rng):
         out = dict(batch)
