@@ -308,27 +308,30 @@ class SelfPlay:
         """The wave as the update learns it: with augment_colours, each
         decision's info state, legal mask and move with its colours renamed by
         a random permutation of its own (agents.symmetry), once a wave. Its
-        value and advantage stay: the rules treat every colour alike, so the
-        renamed move is worth what the move was. Its log-probability is the
-        net's own at the renamed decision, before the update: a trained net
-        is far from colour-blind in the probabilities of the moves it seldom
+        value, advantage and recorded log-probability stay: the rules treat
+        every colour alike, so the renamed move is worth what the move was,
+        and it came into the renamed wave with the probability the move was
+        played with, so PPO's ratio divides by that. `logp_ref` is the net's
+        own log-probability at the renamed decision before the update, what
+        the update's KL (its early stop) is measured from: a trained net is
+        far from colour-blind in the probabilities of the moves it seldom
         plays (a mean KL estimate of 0.33 between the two on the seed-11
-        hour's agent), so PPO's ratios against the probabilities recorded
-        in play would be clipped or stop the pass at once."""
+        hour's agent), so measured from the recorded ones the first
+        minibatch would end every pass."""
         if self.augment is None:
             return wave
         out = {**wave, **self.augment({"info": wave["info"], "mask": wave["mask"], "action": wave["action"]},
                                       self.rng)}
-        logp = np.empty(len(out["action"]), np.float32)
+        ref = np.empty(len(out["action"]), np.float32)
         self.net.eval()
         with torch.no_grad():
-            for i in range(0, len(logp), 8192):
+            for i in range(0, len(ref), 8192):
                 x = torch.from_numpy(out["info"][i:i + 8192]).to(self.device).float()
                 bias = illegal_bias(torch.from_numpy(out["mask"][i:i + 8192]).to(self.device))
                 lp = torch.log_softmax(self.forward(self.net, x) + bias, dim=1)
                 a = torch.from_numpy(out["action"][i:i + 8192]).to(self.device)
-                logp[i:i + 8192] = lp.gather(1, a[:, None])[:, 0].float().cpu().numpy()
-        out["logp"] = logp
+                ref[i:i + 8192] = lp.gather(1, a[:, None])[:, 0].float().cpu().numpy()
+        out["logp_ref"] = ref
         return out
 
     # ---- targets
@@ -391,6 +394,7 @@ class SelfPlay:
         bias = illegal_bias(torch.from_numpy(wave["mask"]).to(dev))      # once a wave, not once a minibatch
         act = torch.from_numpy(wave["action"]).to(dev)
         old = torch.from_numpy(wave["logp"]).to(dev)
+        ref = old if "logp_ref" not in wave else torch.from_numpy(wave["logp_ref"]).to(dev)   # renamed(): the KL's
         nadv = torch.from_numpy(norm.astype(np.float32)).to(dev)
         tgt = torch.from_numpy(target.astype(np.float32)).to(dev)
         stats = {"critic_mse": [], "kl": [], "clipped": [], "entropy": []}
@@ -440,7 +444,7 @@ class SelfPlay:
                     torch.nn.utils.clip_grad_norm_(self.net.parameters(), s.grad_clip)
                 self.opt.step()
                 with torch.no_grad():
-                    kl = float((old_j - logp).mean())       # the usual sample estimate of KL(old || new)
+                    kl = float((ref.index_select(0, j) - logp).mean())   # the usual sample estimate of KL(old || new)
                     stats["clipped"].append(float(((ratio - 1).abs() > s.clip).float().mean()))
                 stats["kl"].append(kl)
                 stats["entropy"].append(float(ent.detach()))
