@@ -51,7 +51,10 @@ READ_OUTS = {"average": "the average policy (the strategy net), sampled",
              "current": "the current policy (regret matching on the advantage nets), sampled",
              "current-greedy": "the greedy current policy (regret matching on the advantage nets)",
              "sdcfr": "the exact SD-CFR average policy",
-             "sdcfr-greedy": "the exact SD-CFR average policy's most likely move"}
+             "sdcfr-greedy": "the exact SD-CFR average policy's most likely move",
+             "symmetric": "the average policy averaged over every renaming of the colours, sampled",
+             "symmetric-greedy": "the most likely move of the average policy averaged over every renaming of the "
+                                 "colours"}
 
 
 def default_read_out(ckpt, game_name):

@@ -44,7 +44,7 @@ import numpy as np
 from agents.checkpoint import game_of, load_checkpoint, prior_checkpoint
 from agents.matches import SEARCH_STATS, _as_policy, match_summary, mean_ci, play_deals
 from agents.players import OPPONENTS, agent_from_spec, opponent_of
-from agents.policy import KINDS, CurrentPolicy, Policy, parse_kind, policy_from_checkpoint
+from agents.policy import KINDS, CurrentPolicy, Policy, SymmetricPolicy, parse_kind, policy_from_checkpoint
 
 PREFIXES = ("run:", "search:")
 FIELDS = ("win_rate", "win_rate_lo", "win_rate_hi", "margin", "margin_lo", "margin_hi", "games", "capped")
@@ -107,7 +107,8 @@ def default_kind(agent_kind, ckpt):
 def kind_of(policy):
     """The read-out kind of a Policy ('average', 'current-greedy', ...); an
     SD-CFR average counts as average (a prior holds no SD-CFR sums)."""
-    base = "current" if isinstance(policy, CurrentPolicy) else "average"
+    base = ("current" if isinstance(policy, CurrentPolicy) else "symmetric" if isinstance(policy, SymmetricPolicy)
+            else "average")
     return base + ("-greedy" if policy.greedy else "")
 
 

@@ -8,6 +8,9 @@ Read-outs (`kind`):
     current          the advantage nets' regret matching (each seat uses its own net),
                      with the run's fallback when no advantage is positive
     sdcfr            the exact SD-CFR average a train.average=sdcfr checkpoint holds
+    symmetric        Lost Cities: the strategy net averaged over every renaming of the
+                     colours (rename the position, take the net's probabilities, rename
+                     them back): a colour-blind policy, C! forwards' rows a decision
     ...-greedy       any of them, playing its most probable action
 
 An average read-out of a run with a self-play stage also answers
@@ -26,7 +29,7 @@ import torch
 from agents.probs import _check_batch, _forward, policy_probs, regret_matching, sample_actions  # noqa: F401 (re-exported)
 from batcher.networks import for_inference
 
-KINDS = ("average", "current", "sdcfr")
+KINDS = ("average", "current", "sdcfr", "symmetric")
 
 
 class Policy:
@@ -111,6 +114,41 @@ class AveragePolicy(Policy):
         return _forward(self.critic, info)[:, 0].astype(np.float64) / self.value_scale
 
 
+class SymmetricPolicy(AveragePolicy):
+    """The average strategy made colour-blind: its probabilities at a
+    decision are the mean, over every renaming of Lost Cities' colours
+    (agents.symmetry), of the strategy net's probabilities at the renamed
+    decision, renamed back. Playing it is playing the net on a renaming of
+    the position drawn at random each move. The critic is the net's own."""
+
+    kind = "symmetric"
+    ROWS = 1 << 16          # rows of one forward: n decisions x C! renamings, split
+
+    def __init__(self, net, game, greedy=False, seed=0, critic=None, value_scale=0.01):
+        import itertools
+        from agents.symmetry import action_map, colour_maps
+        super().__init__(net, greedy, seed, kind="symmetric", critic=critic, value_scale=value_scale)
+        C = int(game.params.get("colours", 0)) if game.name == "lost_cities" else 0
+        if not C:
+            raise ValueError(f"the symmetric read-out renames Lost Cities' colours; {game.name} has none")
+        maps = [colour_maps(game, perm) for perm in itertools.permutations(range(C))]
+        self.info_src = np.stack([m[0] for m in maps])                   # [P, T]
+        self.action_src = np.stack([m[1] for m in maps])                 # [P, A]
+        self.back = np.stack([action_map(m[1]) for m in maps])           # [P, A]: action -> renamed action
+
+    def _probs(self, info, masks, players):
+        n, P = len(info), len(self.info_src)
+        out = np.zeros(masks.shape, dtype=np.float64)
+        step = max(1, self.ROWS // P)
+        for i in range(0, n, step):
+            x = info[i:i + step][:, self.info_src].reshape(-1, info.shape[1])       # [m * P, T]
+            m = masks[i:i + step][:, self.action_src].reshape(-1, masks.shape[1])
+            p = policy_probs(self.net, x, m).reshape(-1, P, masks.shape[1])
+            back = np.take_along_axis(p, np.broadcast_to(self.back, p.shape), axis=2)
+            out[i:i + step] = back.mean(axis=1)
+        return out
+
+
 class CurrentPolicy(Policy):
     """The current policy: regret matching on the advantage net of the seat
     to act (adv_nets[0] for player 0, adv_nets[1] for player 1)."""
@@ -161,6 +199,10 @@ def policy_from_checkpoint(ckpt, kind="average", seed=0):
         tab = TabularAverage(game_of(ckpt), fallback=_fallback(ckpt))
         tab.load_state_dict(ckpt["sdcfr"])
         return AveragePolicy(tab, greedy, seed, kind="sdcfr")
+    if base == "symmetric":
+        from agents.checkpoint import build_critic
+        return SymmetricPolicy(build_net(ckpt, "strategy"), game_of(ckpt), greedy, seed, critic=build_critic(ckpt),
+                               value_scale=ckpt.get("critic_value_scale", 0.01))
     if base == "average":
         from agents.checkpoint import build_critic
         return AveragePolicy(build_net(ckpt, "strategy"), greedy, seed, critic=build_critic(ckpt),

@@ -148,6 +148,7 @@ def test_sides_load_with_their_read_out_and_the_search(tmp_path):
     assert p.name == "current-greedy" and p.checkpoint == str(path)
     assert load_side(f"run:{path}", game, "average-greedy").name == "average-greedy"   # the agent's read-out
     assert load_side(f"run:{path}", game, "sdcfr").name == "average"       # no SD-CFR sums: average
+    assert load_side(f"run:{path}:symmetric-greedy", game, "average").name == "symmetric-greedy"
     s = load_side("search:worlds=2,topk=0", game)
     assert s.blueprint is None and s.worlds == 2
     s = load_side(f"search:{tmp_path / 'a'},worlds=2,policy=current", game)
