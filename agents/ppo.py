@@ -70,7 +70,6 @@ class SelfPlaySettings:
     grad_clip: float = 1.0
     autocast: str = "auto"       # the nets' forwards in bfloat16 ("bf16"), float32 ("none"), or "auto" (bf16_is_native)
     lr_hold_s: float = -1.0      # the lr holds this many seconds, then falls linearly to 0 at the budget's end (-1: holds)
-    augment_colours: bool = False  # Lost Cities: each decision of a wave learnt with its colours renamed at random
 
     def check(self):
         bad = [name for name, ok in (
@@ -80,8 +79,7 @@ class SelfPlaySettings:
             ("lam", 0 <= self.lam <= 1), ("value_scale", self.value_scale > 0), ("entropy", self.entropy >= 0),
             ("target_kl", self.target_kl >= 0), ("critic_waves", self.critic_waves >= 0),
             ("grad_clip", self.grad_clip >= 0), ("autocast", self.autocast in AUTOCASTS),
-            ("lr_hold_s", self.lr_hold_s == -1 or 0 <= self.lr_hold_s < float("inf")),
-            ("augment_colours", isinstance(self.augment_colours, bool))) if not ok]
+            ("lr_hold_s", self.lr_hold_s == -1 or 0 <= self.lr_hold_s < float("inf"))) if not ok]
         if bad:
             raise ValueError(f"bad self-play settings: {', '.join(f'{k}={getattr(self, k)!r}' for k in bad)}")
         return self
@@ -197,10 +195,6 @@ class SelfPlay:
         # the update's ratios start from (bf16 shortens the update on a CPU with AVX512-BF16, docs/benchmarks.md)
         self.autocast = resolve_autocast(s.autocast, self.device)
         self.rng = np.random.default_rng([seed, 0x5E1F])
-        self.augment = None
-        if s.augment_colours:
-            from agents.symmetry import ColourAugment
-            self.augment = ColourAugment(game)      # a ValueError naming the game where it has no colours
         self.waves = 0
         self.games_played = 0
         self.decisions = 0
@@ -293,7 +287,7 @@ class SelfPlay:
         policy = self.waves >= self.settings.critic_waves
         for group in self.opt.param_groups:
             group["lr"] = lr
-        out = self.update(self.renamed(wave), adv, target, policy=policy, tick=tick)
+        out = self.update(wave, adv, target, policy=policy, tick=tick)
         self.waves += 1
         out.update({"wave": self.waves, "wave_decisions": len(adv), "lr": lr,
                     # the critic's squared error on the wave before it trained on it, next to predicting 0,
@@ -302,36 +296,6 @@ class SelfPlay:
                     "mean_abs_return": float(np.abs(returns[:, 0]).mean())})
         if version is not None:
             out["version_lag"] = float(np.mean(version - wave["version"]))
-        return out
-
-    def renamed(self, wave):
-        """The wave as the update learns it: with augment_colours, each
-        decision's info state, legal mask and move with its colours renamed by
-        a random permutation of its own (agents.symmetry), once a wave. Its
-        value, advantage and recorded log-probability stay: the rules treat
-        every colour alike, so the renamed move is worth what the move was,
-        and it came into the renamed wave with the probability the move was
-        played with, so PPO's ratio divides by that. `logp_ref` is the net's
-        own log-probability at the renamed decision before the update, what
-        the update's KL (its early stop) is measured from: a trained net is
-        far from colour-blind in the probabilities of the moves it seldom
-        plays (a mean KL estimate of 0.33 between the two on the seed-11
-        hour's agent), so measured from the recorded ones the first
-        minibatch would end every pass."""
-        if self.augment is None:
-            return wave
-        out = {**wave, **self.augment({"info": wave["info"], "mask": wave["mask"], "action": wave["action"]},
-                                      self.rng)}
-        ref = np.empty(len(out["action"]), np.float32)
-        self.net.eval()
-        with torch.no_grad():
-            for i in range(0, len(ref), 8192):
-                x = torch.from_numpy(out["info"][i:i + 8192]).to(self.device).float()
-                bias = illegal_bias(torch.from_numpy(out["mask"][i:i + 8192]).to(self.device))
-                lp = torch.log_softmax(self.forward(self.net, x) + bias, dim=1)
-                a = torch.from_numpy(out["action"][i:i + 8192]).to(self.device)
-                ref[i:i + 8192] = lp.gather(1, a[:, None])[:, 0].float().cpu().numpy()
-        out["logp_ref"] = ref
         return out
 
     # ---- targets
@@ -394,7 +358,6 @@ class SelfPlay:
         bias = illegal_bias(torch.from_numpy(wave["mask"]).to(dev))      # once a wave, not once a minibatch
         act = torch.from_numpy(wave["action"]).to(dev)
         old = torch.from_numpy(wave["logp"]).to(dev)
-        ref = old if "logp_ref" not in wave else torch.from_numpy(wave["logp_ref"]).to(dev)   # renamed(): the KL's
         nadv = torch.from_numpy(norm.astype(np.float32)).to(dev)
         tgt = torch.from_numpy(target.astype(np.float32)).to(dev)
         stats = {"critic_mse": [], "kl": [], "clipped": [], "entropy": []}
@@ -444,7 +407,7 @@ class SelfPlay:
                     torch.nn.utils.clip_grad_norm_(self.net.parameters(), s.grad_clip)
                 self.opt.step()
                 with torch.no_grad():
-                    kl = float((ref.index_select(0, j) - logp).mean())   # the usual sample estimate of KL(old || new)
+                    kl = float((old_j - logp).mean())       # the usual sample estimate of KL(old || new)
                     stats["clipped"].append(float(((ratio - 1).abs() > s.clip).float().mean()))
                 stats["kl"].append(kl)
                 stats["entropy"].append(float(ent.detach()))

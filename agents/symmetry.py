@@ -94,15 +94,11 @@ def action_map(action_src):
     return np.argsort(action_src)
 
 
-GROUPED_ROWS = 16384      # from this many rows a numpy batch is renamed a permutation at a time
-
-
 class ColourAugment:
     """Renames the colours of each row of a batch by its own uniformly random
     permutation. `__call__(batch, rng)` takes a dict with "info" [n, T] and
     "mask" [n, A] and, when present, "target" [n, A] (strategy or advantage
-    targets) and "action" [n] (one action id a row, e.g. the move played),
-    and returns a new dict; other keys (weights) are passed
+    targets), and returns a new dict; other keys (weights) are passed
     through. The columns are all numpy arrays or all torch tensors (renamed
     on their device); either way the permutations come from the numpy `rng`,
     so the same rng state gives the same rows. Nothing is precomputed per
@@ -126,10 +122,6 @@ class ColourAugment:
             raise ValueError(f"a batch of {n} rows is too large to rename in one call")
         perms = perms.astype(np.int32)
         out = dict(batch)
-        if batch.get("action") is not None:
-            out["action"] = self._actions(batch["action"], perms)
-        if n >= GROUPED_ROWS:
-            return self._grouped(batch, perms, out)
         for keys, (colour, base, stride) in ((("info",), self.info), (("mask", "target"), self.action)):
             # flat destinations: one scatter through ravel() is faster than a 2-d fancy index
             # (docs/benchmarks.md, "Lost Cities training steps")
@@ -144,40 +136,6 @@ class ColourAugment:
                     out[key] = y
         return out
 
-    def _grouped(self, batch, perms, out):
-        """__call__'s renaming of a large batch (a self-play wave), the rows
-        grouped by their permutation: one gather per permutation drawn
-        instead of a computed destination per entry: 0.07 s against 0.26 s
-        for 58,000 rows of 612 entries (2026-12-07, the 2-core AMD box)."""
-        C = self.colours
-        code = perms.astype(np.int64) @ (C ** np.arange(C, dtype=np.int64))
-        uniq, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        groups = np.split(order, np.cumsum(np.bincount(inverse, minlength=len(uniq)))[:-1])
-        for keys, (colour, base, stride) in ((("info",), self.info), (("mask", "target"), self.action)):
-            xs = {k: batch[k] for k in keys if batch.get(k) is not None and batch[k].ndim == 2}
-            ys = {k: np.empty_like(x) for k, x in xs.items()}
-            for f, rows in zip(first, groups):
-                dst = base + stride * perms[f, colour]
-                src = np.empty_like(dst)
-                src[dst] = np.arange(len(dst), dtype=dst.dtype)
-                for k, x in xs.items():
-                    ys[k][rows] = x[rows][:, src]
-            out.update(ys)
-        return out
-
-    def _actions(self, action, perms):
-        """The renamed ids of one action per row (action [n], the rows' perms [n, C])."""
-        colour, base, stride = self.action
-        if isinstance(action, torch.Tensor):
-            a = action.cpu().numpy()
-            return torch.from_numpy(self._actions(a, perms.cpu().numpy())).to(action.device)
-        a = np.asarray(action)
-        if a.ndim != 1 or len(a) != len(perms):
-            raise ValueError(f"action must hold one id per row ({len(perms)}), got shape {a.shape}")
-        renamed = base[a] + stride[a] * perms[np.arange(len(a)), colour[a]]
-        return renamed.astype(a.dtype)
-
     def _tensors(self, batch, rng):
         # torch's scatter wants int64 indices; on the CPU the numpy path above is the faster one
         device = batch["info"].device
@@ -188,8 +146,6 @@ class ColourAugment:
             self._on_device[device] = layouts
         perms = torch.from_numpy(self._perms(len(batch["info"]), rng)).to(device)
         out = dict(batch)
-        if batch.get("action") is not None:
-            out["action"] = self._actions(batch["action"], perms)
         for keys, (colour, base, stride) in zip((("info",), ("mask", "target")), layouts):
             dst = base + stride * perms[:, colour]
             for key in keys:

@@ -67,10 +67,6 @@ def main(argv=None):
                             help="the critic's hidden layer widths, e.g. 128,128 "
                                  f"(default {','.join(map(str, default.default))})")
             continue
-        if isinstance(default.default, bool):
-            ap.add_argument("--" + field.replace("_", "-"), type=flag, default=default.default, metavar="0|1",
-                            help=f"agents.ppo.SelfPlaySettings.{field} (default {int(default.default)})")
-            continue
         ap.add_argument("--" + field.replace("_", "-"), type=type(default.default), default=default.default,
                         help=f"agents.ppo.SelfPlaySettings.{field} (default {default.default})")
     args = ap.parse_args(argv)
@@ -96,13 +92,6 @@ def main(argv=None):
         if args.speed_waves:
             return speed(ckpt, settings, args, scratch)
         return tune(ckpt, settings, args, scratch)
-
-
-def flag(text):
-    """"1" -> True, "0" -> False."""
-    if text not in ("0", "1"):
-        raise argparse.ArgumentTypeError(f"expected 0 or 1, got {text!r}")
-    return text == "1"
 
 
 def widths(text):

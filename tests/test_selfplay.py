@@ -5,8 +5,6 @@ follow GAE by hand, a PPO step moves probability toward what scored, and its
 ratio divides by the recorded behaviour probability under a version lag.
 Real parts: the engine, the nogil PlayGroups, real torch nets and Adam
 steps, and for the stage a real batcher, workers and job server."""
-import itertools
-
 import numpy as np
 import pytest
 import torch
@@ -53,42 +51,6 @@ def test_a_wave_is_whole_games_of_legal_moves_with_the_served_nets_log_probabili
         assert state.is_terminal()                 # the row's decisions are its whole game
         np.testing.assert_array_equal(returns[row], state.returns())
     assert tuner.games_played == 5 and tuner.decisions == len(wave["action"])
-
-
-def test_a_renamed_wave_is_the_wave_renamed_with_the_nets_own_log_probabilities_beside():
-    """augment_colours: each decision's row, mask and move renamed by one
-    permutation, legal where it lands; its value, game, ply and recorded
-    log-probability as played; logp_ref the net's at the renamed decision."""
-    from agents.symmetry import colour_maps
-    game = engine.load_game("lost_cities", **SMALL)
-    net = tiny_net(game)
-    tuner = SelfPlay(game, net, SelfPlaySettings(games=4, autocast="none", augment_colours=True), seed=7)
-    wave, _, _ = local_wave(tuner, 4)
-    out = tuner.renamed(wave)
-    n = len(wave["action"])
-    for key in ("value", "row", "step", "player", "version", "logp"):
-        np.testing.assert_array_equal(out[key], wave[key])
-    assert out["mask"][np.arange(n), out["action"]].all()
-    with torch.no_grad():
-        lp = masked_log_softmax(net(torch.from_numpy(out["info"]).float()), torch.from_numpy(out["mask"]))
-    np.testing.assert_allclose(out["logp_ref"], lp[np.arange(n), out["action"]].numpy(), atol=1e-5)
-    maps = [colour_maps(game, p) for p in itertools.permutations(range(3))]
-    moved = 0
-    for i in range(n):
-        isrc, asrc = next((isrc, asrc) for isrc, asrc in maps
-                          if np.array_equal(wave["info"][i][isrc], out["info"][i])
-                          and np.array_equal(wave["mask"][i][asrc], out["mask"][i]))
-        assert asrc[out["action"][i]] == wave["action"][i]
-        moved += not np.array_equal(isrc, np.arange(len(isrc)))
-    assert moved > n / 2
-    assert tuner.renamed(wave) is not wave and SelfPlay(game, net, SelfPlaySettings(games=4)).renamed(wave) is wave
-    tuner.learn(wave, np.zeros((4, 2)), lr=1e-3)          # the update takes the renamed rows
-
-
-def test_colour_renaming_is_refused_for_a_game_without_colours():
-    game = engine.load_game("leduc_poker")
-    with pytest.raises(ValueError, match="lost_cities property"):
-        SelfPlay(game, tiny_net(game), SelfPlaySettings(augment_colours=True))
 
 
 def test_a_wave_missing_or_repeating_a_game_is_refused():
@@ -364,7 +326,7 @@ def test_auto_is_float32_on_a_gpu_even_one_with_bfloat16(monkeypatch):
 
 @pytest.mark.parametrize("field,value", [("games", 0), ("lam", 1.5), ("clip", 0.0), ("lr", -1.0),
                                          ("autocast", "fp16"), ("lr_hold_s", -2.0), ("lr_hold_s", float("inf")),
-                                         ("critic_epochs", 3), ("critic_epochs", -1), ("augment_colours", 1)])
+                                         ("critic_epochs", 3), ("critic_epochs", -1)])
 def test_bad_settings_are_refused_by_name(field, value):
     with pytest.raises(ValueError, match=f"{field}="):
         SelfPlaySettings(**{field: value}).check()
@@ -468,13 +430,6 @@ def test_bad_self_play_keys_are_refused_by_name(sets, match):
     from trainer.config import ConfigError, load_config
     with pytest.raises(ConfigError, match=match):
         load_config(ROOT / "configs" / "smoke.yaml", sets)
-
-
-def test_the_benchmarks_switches_take_0_or_1(capsys):
-    from benchmarks.lc_selfplay import main
-    with pytest.raises(SystemExit):
-        main(["missing.pt", "--augment-colours", "yes", "--out", "x.pt"])
-    assert "--augment-colours: expected 0 or 1, got 'yes'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("device,match", [("cuda", "CUDA is not available"), ("tpu", "unknown device")])

@@ -76,13 +76,7 @@ def test_renamed_rows_are_the_renamed_positions_rows(params):
     assert blocked > 0          # the blocked pile's segment was exercised
 
 
-@pytest.mark.parametrize("grouped", [False, True])
-def test_colour_augment_renames_each_row_consistently(grouped, monkeypatch):
-    """Each row's tensor, mask, target and move are renamed by one
-    permutation, whether the batch is renamed entry by entry or, large,
-    a permutation at a time (GROUPED_ROWS)."""
-    import agents.symmetry
-    monkeypatch.setattr(agents.symmetry, "GROUPED_ROWS", 1 if grouped else 10 ** 9)
+def test_colour_augment_renames_each_row_consistently():
     game = engine.load_game("lost_cities", features=1, max_turns=200)
     s = _positions(game, 1, seed=3)[0]
     n, A = 4000, game.num_distinct_actions()
@@ -92,11 +86,8 @@ def test_colour_augment_renames_each_row_consistently(grouped, monkeypatch):
     first = s.legal_actions()[0]
     target[:, first] = 1.0
     weight = np.arange(n, dtype=np.float32)
-    action = np.full(n, first, np.int64)
-    out = ColourAugment(game)({"info": info, "mask": mask, "target": target, "weight": weight, "action": action},
+    out = ColourAugment(game)({"info": info, "mask": mask, "target": target, "weight": weight},
                               np.random.default_rng(0))
-    assert out["action"].dtype == np.int64
-    np.testing.assert_array_equal(out["action"], out["target"].argmax(axis=1))    # the move goes where its target went
     assert out["weight"] is weight and out["info"].dtype == np.uint8 and out["info"].shape == info.shape
     maps = [colour_maps(game, p) for p in itertools.permutations(range(5))]
     seen = set()
@@ -108,27 +99,6 @@ def test_colour_augment_renames_each_row_consistently(grouped, monkeypatch):
         seen.add(k)
         assert out["mask"][i][np.argmax(out["target"][i])] == 1     # the target stays on a legal move
     assert len(seen) > 10
-
-
-def test_a_large_batch_is_renamed_as_the_same_rows_entry_by_entry(monkeypatch):
-    import agents.symmetry
-    game = engine.load_game("lost_cities", features=1, max_turns=200)
-    states = _positions(game, 60, seed=4)
-    rng = np.random.default_rng(3)
-    rows = rng.integers(0, len(states), 20_000)
-    info = np.array([states[i].information_state_tensor(states[i].current_player()) for i in rows], np.uint8)
-    mask = np.array([states[i].legal_actions_mask() for i in rows], bool)
-    action = np.array([rng.choice(states[i].legal_actions()) for i in rows], np.int64)
-    batch = {"info": info, "mask": mask, "action": action}
-    assert len(rows) >= agents.symmetry.GROUPED_ROWS
-    grouped = ColourAugment(game)(batch, np.random.default_rng(8))
-    monkeypatch.setattr(agents.symmetry, "GROUPED_ROWS", 10 ** 9)
-    flat = ColourAugment(game)(batch, np.random.default_rng(8))
-    for key in batch:
-        assert grouped[key].dtype == batch[key].dtype
-        np.testing.assert_array_equal(grouped[key], flat[key])
-    assert grouped["mask"][np.arange(len(rows)), grouped["action"]].all()
-    assert not np.array_equal(grouped["info"], info)
 
 
 def test_colour_maps_refuses_what_it_cannot_rename():
@@ -153,12 +123,11 @@ def test_tensor_batches_are_renamed_as_the_numpy_ones(device):
     mask = np.array([s.legal_actions_mask() for s in states], np.uint8)
     target = np.random.default_rng(2).random(mask.shape).astype(np.float32) * mask
     weight = np.ones(len(states), np.float32)
-    action = np.array([s.legal_actions()[-1] for s in states], np.int64)
-    batch = {"info": info, "mask": mask, "target": target, "weight": weight, "action": action}
+    batch = {"info": info, "mask": mask, "target": target, "weight": weight}
     augment = ColourAugment(game)
     want = augment(batch, np.random.default_rng(9))
     got = augment({k: torch.from_numpy(v).to(device) for k, v in batch.items()}, np.random.default_rng(9))
-    for key in ("info", "mask", "target", "action"):
+    for key in ("info", "mask", "target"):
         assert got[key].device.type == device and got[key].dtype == torch.from_numpy(batch[key]).dtype
         np.testing.assert_array_equal(got[key].cpu().numpy(), want[key])
     assert not np.array_equal(want["info"], info)          # the rows did move

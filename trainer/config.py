@@ -128,8 +128,6 @@ class TrainSection:
     """Weight of the policy's entropy in the self-play loss (agents.ppo.SelfPlaySettings.entropy; 0: none). The advantages are normalised to unit spread a wave, so 0.01 is a small pull towards trying other moves."""
     selfplay_lam: float = 0.95
     """GAE lambda of the self-play advantages and the critic's targets, along each player's own decisions (agents.ppo.SelfPlaySettings.lam): 1 takes each decision's final return less the critic's value, smaller values lean more on the critic's later values. 1 lost to 0.95 by 3.7 points a game head to head in the hour's stage at seed 11, and 0.9 tied it (docs/studies/2026-12-07-gae-lambda.md)."""
-    selfplay_augment_colours: bool = False
-    """Lost Cities: every decision of a self-play wave is learnt with its colours renamed by a random permutation of its own (agents.ppo.SelfPlaySettings.augment_colours, agents/symmetry.py), as train.augment_colours does for the warm start's and CFR's nets."""
     selfplay_autocast: str = "auto"
     """The self-play nets' forwards (playing, the critic's values and the PPO update): bf16 (bfloat16 matrix products, float32 weights and losses), none (float32), or auto: bf16 on a CPU that multiplies bfloat16 in hardware (AVX512-BF16 or AMX) with oneDNN not capped below it (ONEDNN_MAX_CPU_ISA), none elsewhere: on other CPUs bfloat16 is emulated and slower, and on a GPU the waves' small forwards are bound by their launches, so bf16 plays more waves in the same minutes on such a CPU and fewer on a GPU (docs/benchmarks.md, "Lost Cities training steps")."""
 

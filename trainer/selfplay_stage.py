@@ -276,7 +276,7 @@ def run_in_trainer(trainer, t, server, sup, job_config):
     settings = SelfPlaySettings(games=tr.selfplay_games, lr=tr.selfplay_lr, epochs=tr.selfplay_epochs,
                                 autocast=tr.selfplay_autocast, lr_hold_s=tr.selfplay_lr_hold_s,
                                 entropy=tr.selfplay_entropy, lam=tr.selfplay_lam,
-                                critic_epochs=tr.selfplay_critic_epochs, augment_colours=tr.selfplay_augment_colours,
+                                critic_epochs=tr.selfplay_critic_epochs,
                                 critic_hidden=tuple(trainer.cfg.network.critic_hidden))
     tuner = SelfPlay(trainer.game, trainer.nets["strategy"], settings, seed=trainer.cfg.run.seed,
                      device=trainer.device)
@@ -288,7 +288,6 @@ def run_in_trainer(trainer, t, server, sup, job_config):
     log(f"self-play: the update and the batcher's forwards in {tuner.precision()} (train.selfplay_autocast: "
         f"{tr.selfplay_autocast}); the update on {threads[0]} torch thread(s) while the workers play, "
         f"{threads[1]} once the wave is in" + (f"; entropy bonus {settings.entropy:g}" if settings.entropy else "")
-        + ("; colours renamed at random in the update" if settings.augment_colours else "")
         + (f"; GAE lambda {settings.lam:g}" if settings.lam != SelfPlaySettings.lam else "")
         + (f"; the critic on {settings.critic_epochs} of {settings.epochs} passes" if settings.critic_epochs else "")
         + f"; the critic's hidden layers {'x'.join(map(str, settings.critic_hidden))}")
