@@ -455,7 +455,7 @@ def build_parser():
     ap.add_argument("--seat", type=int, choices=(0, 1), default=0, help="your seat; seat 0 moves first (default 0)")
     ap.add_argument("--seed", type=int, default=None, help="the deal's seed (default: a fresh one, printed)")
     ap.add_argument("--policy", default="average",
-                    help="a run's read-out: average, current, each optionally -greedy (default average)")
+                    help="a run's read-out: average, current, symmetric, each optionally -greedy (default average)")
     ap.add_argument("--max-turns", type=int, default=None,
                     help=f"turn cap without a run (default {DEFAULT_MAX_TURNS}; 0: none, the published rules)")
     ap.add_argument("--replay-dir", default="replays", help="where replays are saved (default ./replays)")

@@ -421,7 +421,7 @@ def build_parser():
     ap.add_argument("--seed", type=_seed, default=None,
                     help="deal the games from S, S+1, ... in the order they start (default: fresh seeds)")
     ap.add_argument("--policy", default="average",
-                    help="a run's read-out: average, current, each optionally -greedy (default average)")
+                    help="a run's read-out: average, current, symmetric, each optionally -greedy (default average)")
     ap.add_argument("--max-turns", type=int, default=None,
                     help="turn cap without a run (default 200; 0: none, the published rules)")
     ap.add_argument("--replay-dir", default="replays", help="where replays are saved (default ./replays)")

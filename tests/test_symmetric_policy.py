@@ -69,3 +69,31 @@ def test_a_game_without_colours_has_no_symmetric_read_out():
     game = engine.load_game("leduc_poker")
     with pytest.raises(ValueError, match="renames Lost Cities' colours; leduc_poker has none"):
         SymmetricPolicy(net_for_game(game, hidden=(8,)), game)
+
+
+def test_the_symmetrize_study_fine_tunes_the_net_toward_its_symmetric_read_out(tmp_path, capsys):
+    import json
+
+    import torch
+
+    from agents.checkpoint import load_checkpoint
+    from studies.lc_symmetrize import main
+    from trainer.checkpoint import save_checkpoint
+    params = dict(SMALL)
+    game = engine.load_game("lost_cities", **params)
+    nets = {k: net_for_game(game, hidden=(16,), seed=i) for i, k in enumerate(("strategy", "adv0", "adv1"))}
+    path = save_checkpoint(tmp_path / "run", 1, {
+        "config": {"game": {"name": "lost_cities", "params": params}, "traversal": {"fallback": "uniform"}},
+        "nets": {k: n.state_dict() for k, n in nets.items()}, "net_spec": nets["strategy"].spec()})
+    out = tmp_path / "sym.pt"
+    main([str(path), "--out", str(out), "--games", "8", "--epochs", "20", "--batch", "64", "--lr", "3e-3"])
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["decisions"] > 8 and line["greedy_differs_after"] < line["greedy_differs_before"]
+    before, after = load_checkpoint(path), load_checkpoint(out)
+    assert after["symmetrized"]["from"] == str(path)
+    for name in ("adv0", "adv1"):
+        for k, v in before["nets"][name].items():
+            assert torch.equal(v, after["nets"][name][k])
+    assert any(not torch.equal(v, after["nets"]["strategy"][k]) for k, v in before["nets"]["strategy"].items())
+    with pytest.raises(SystemExit):
+        main([str(path), "--out", str(out), "--games", "0"])
