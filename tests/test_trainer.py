@@ -54,6 +54,12 @@ def test_bad_overrides_name_the_problem(override, message):
         load_config(None, [override])
 
 
+def test_the_symmetric_read_out_is_refused_for_a_game_without_colours():
+    with pytest.raises(ConfigError, match="eval.policies: the symmetric read-out renames Lost Cities' colours; "
+                                          "kuhn_poker has none"):
+        load_config(None, ["game.name=kuhn_poker", "eval.policies=[average, symmetric-greedy]"])
+
+
 def test_bad_yaml_key(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("train: {iterations: 2, speed: 9}\n")
@@ -122,7 +128,8 @@ def test_lost_cities_run_evaluates_each_read_out_and_the_exploiter(tmp_path):
     r = run_trainer(["--config", "configs/smoke.yaml", "--run-dir", str(run_dir), "--set", "train.iterations=3",
                      "--set", "train.traversals=40", "--set", "train.adv_steps=5", "--set", "train.strategy_steps=5",
                      "--set", "network.hidden=[16]", "--set", "eval.every=2", "--set", "eval.lc_games=6",
-                     "--set", "eval.policies=[average, current-greedy]", "--set", "eval.exploiter_games=2",
+                     "--set", "eval.policies=[average, current-greedy, symmetric-greedy]",
+                     "--set", "eval.exploiter_games=2",
                      "--set", "eval.exploiter_worlds=2", "--set", "run.progress=false"])
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -132,6 +139,7 @@ def test_lost_cities_run_evaluates_each_read_out_and_the_exploiter(tmp_path):
     for m in lines:
         if "vs_heuristic_margin" in m:
             assert m["vs_heuristic_games"] == 6 and "current_greedy_vs_heuristic_margin" in m
+            assert "symmetric_greedy_vs_heuristic_margin" in m
             assert m["vs_random_margin_lo"] <= m["vs_random_margin"] <= m["vs_random_margin_hi"]
         assert m["adv_heldout_mse_0"] >= 0 and m["adv_heldout_zero_mse_1"] >= 0
 

@@ -520,6 +520,9 @@ def _check_prior_rules(cfg):
     if 0 < cfg.train.time_limit_s <= cfg.train.selfplay_budget_s:
         raise ConfigError(f"config train.selfplay_budget_s: {cfg.train.selfplay_budget_s:g} s of self-play leaves "
                           f"nothing of train.time_limit_s ({cfg.train.time_limit_s:g} s) for the warm start and CFR")
+    if cfg.game.name != "lost_cities" and any(str(k).startswith("symmetric") for k in cfg.eval.policies):
+        raise ConfigError(f"config eval.policies: the symmetric read-out renames Lost Cities' colours; "
+                          f"{cfg.game.name} has none")
     if cfg.train.augment_colours and cfg.game.name != "lost_cities":
         raise ConfigError(f"config train.augment_colours: colour renaming is a lost_cities symmetry; "
                           f"{cfg.game.name} has none")

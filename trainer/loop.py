@@ -394,7 +394,7 @@ class Trainer:
 
     def _evaluate(self, t, first, last):
         from agents.evaluate import evaluate
-        from agents.policy import AveragePolicy, CurrentPolicy, parse_kind
+        from agents.policy import AveragePolicy, CurrentPolicy, SymmetricPolicy, parse_kind
         e = self.cfg.eval
         nets = {k: self.nets[k].to("cpu") for k in ("strategy", "adv0", "adv1")}
         threads = torch.get_num_threads()
@@ -412,6 +412,7 @@ class Trainer:
                 base, greedy = parse_kind(kind)
                 seed = self.cfg.run.seed
                 policy = (CurrentPolicy([nets["adv0"], nets["adv1"]], fallback, greedy, seed) if base == "current"
+                          else SymmetricPolicy(nets["strategy"], self.game, greedy, seed) if base == "symmetric"
                           else AveragePolicy(nets["strategy"], greedy, seed))
                 opponents = list(e.opponents)
                 exploiter = (i == 0 and e.exploiter_games > 0 and self.game.name == "lost_cities" and
