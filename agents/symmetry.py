@@ -1,4 +1,5 @@
-"""Colour symmetry of Lost Cities, for data augmentation.
+"""Colour symmetry of Lost Cities: data augmentation (ColourAugment) and
+the renamings behind the symmetric read-out (agents.policy.SymmetricPolicy).
 
 Every expedition colour follows the same rules, so renaming the colours
 (a permutation of 0..C-1) maps a position to an equally good one: a policy
