@@ -199,14 +199,13 @@ def policy_from_checkpoint(ckpt, kind="average", seed=0):
         tab = TabularAverage(game_of(ckpt), fallback=_fallback(ckpt))
         tab.load_state_dict(ckpt["sdcfr"])
         return AveragePolicy(tab, greedy, seed, kind="sdcfr")
-    if base == "symmetric":
+    if base in ("average", "symmetric"):
         from agents.checkpoint import build_critic
-        return SymmetricPolicy(build_net(ckpt, "strategy"), game_of(ckpt), greedy, seed, critic=build_critic(ckpt),
-                               value_scale=ckpt.get("critic_value_scale", 0.01))
-    if base == "average":
-        from agents.checkpoint import build_critic
-        return AveragePolicy(build_net(ckpt, "strategy"), greedy, seed, critic=build_critic(ckpt),
-                             value_scale=ckpt.get("critic_value_scale", 0.01))
+        net, kept = build_net(ckpt, "strategy"), dict(critic=build_critic(ckpt),
+                                                     value_scale=ckpt.get("critic_value_scale", 0.01))
+        if base == "symmetric":
+            return SymmetricPolicy(net, game_of(ckpt), greedy, seed, **kept)
+        return AveragePolicy(net, greedy, seed, **kept)
     return CurrentPolicy([build_net(ckpt, "adv0"), build_net(ckpt, "adv1")], _fallback(ckpt), greedy, seed)
 
 

@@ -22,8 +22,8 @@ import torch
 
 from agents.checkpoint import build_net, game_of, load_checkpoint, save_agent_file
 from agents.policy import AveragePolicy, SymmetricPolicy
-from agents.ppo import masked_log_softmax
 from agents.symmetry import ColourAugment
+from trainer.learn import strategy_loss
 
 CHUNK = 4096
 
@@ -96,8 +96,7 @@ def fine_tune(net, game, info, mask, target, epochs, lr, batch, rng):
         b = augment({"info": info[idx].astype(np.float32), "mask": mask[idx].astype(np.float32),
                      "target": target[idx]}, rng)
         x, m, t = (torch.from_numpy(b[k]) for k in ("info", "mask", "target"))
-        logp = masked_log_softmax(net(x), m > 0)
-        loss = -(t * torch.where(m > 0, logp, torch.zeros_like(logp))).sum(dim=1).mean()
+        loss = strategy_loss(net, x, t, m > 0, torch.ones(len(x)))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
